@@ -1,0 +1,79 @@
+"""Shared fixtures: execution modes and the static-unroll reference."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+# Two logical CPUs, so tf.distribute strategies have replicas to split over.
+# This must run before TensorFlow initializes its devices.
+tf.config.set_logical_device_configuration(
+    tf.config.list_physical_devices("CPU")[0],
+    [tf.config.LogicalDeviceConfiguration()] * 2)
+
+MODES = ("eager", "function", "xla")
+
+
+def in_mode(mode, fn):
+  """Returns `fn` run eagerly, as a tf.function, or compiled by XLA."""
+  if mode == "eager":
+    return fn
+  return tf.function(fn, autograph=False, jit_compile=(mode == "xla"))
+
+
+@pytest.fixture(params=MODES)
+def mode(request):
+  return request.param
+
+
+def static_unroll(theta, state0, inputs, cell_fn, num_steps=None):
+  """The reference: a Python loop over steps, differentiable by autodiff."""
+  flat_inputs = tf.nest.flatten(inputs)
+  total = int(flat_inputs[0].shape[0])
+  num_steps = total if num_steps is None else num_steps
+  state = state0
+  rows = []
+  for t in range(num_steps):
+    x_t = tf.nest.map_structure(lambda x, t=t: x[t], inputs)
+    state, _ = cell_fn(theta, state, x_t)
+    state = tf.nest.pack_sequence_as(state0, tf.nest.flatten(state))
+    rows.append(state)
+  def stack(s0, *leaves):
+    pad = [tf.zeros_like(s0)] * (total - num_steps)
+    return tf.stack(list(leaves) + pad) if leaves or pad else tf.zeros(
+        [0] + s0.shape.as_list(), s0.dtype)
+  acc = tf.nest.map_structure(stack, state0, *rows) if rows else (
+      tf.nest.map_structure(lambda s: tf.stack([tf.zeros_like(s)] * total)
+                            if total else tf.zeros([0] + s.shape.as_list(),
+                                                   s.dtype), state0))
+  return acc, state
+
+
+def loss_weights(structure, seed):
+  """Fixed random weights to reduce every float leaf to a scalar loss."""
+  rng = np.random.default_rng(seed)
+  return tf.nest.map_structure(
+      lambda x: tf.constant(rng.normal(size=x.shape.as_list()), x.dtype)
+      if x.dtype.is_floating else None, structure)
+
+
+def weighted_sum(values, weights):
+  total = 0.0
+  for v, w in zip(tf.nest.flatten(values), tf.nest.flatten(weights)):
+    if w is not None:
+      total += tf.reduce_sum(tf.cast(v, tf.float64) * tf.cast(w, tf.float64))
+  return total
+
+
+def assert_all_close(actual, expected, tol=1e-6):
+  tf.nest.assert_same_structure(actual, expected, check_types=False)
+  for a, e in zip(tf.nest.flatten(actual), tf.nest.flatten(expected)):
+    if a is None and e is None:
+      continue
+    if a is None or e is None:  # Autodiff's None for an unconnected input.
+      a, e = (np.zeros_like(e) if a is None else a,
+              np.zeros_like(a) if e is None else e)
+    np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=tol, atol=tol)

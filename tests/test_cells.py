@@ -1,0 +1,89 @@
+"""The built-in LSTM/GRU steps and their hand-written gradients vs autodiff."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_recurrent
+from tf_recurrent import cells
+from conftest import assert_all_close, in_mode, static_unroll
+
+B, D, H, T = 3, 4, 5, 6
+
+
+def lstm_case(rng):
+  theta = {"recurrent_kernel": tf.constant(rng.normal(size=[H, 4 * H]) * 0.5)}
+  state0 = {"h": tf.constant(rng.normal(size=[B, H])),
+            "c": tf.constant(rng.normal(size=[B, H]))}
+  return cells.lstm_step, cells.lstm_grad, theta, state0, 4 * H
+
+
+def gru_case(rng):
+  theta = {"recurrent_kernel": tf.constant(rng.normal(size=[H, 3 * H]) * 0.5),
+           "recurrent_bias": tf.constant(rng.normal(size=[3 * H]))}
+  state0 = {"h": tf.constant(rng.normal(size=[B, H]))}
+  return cells.gru_step, cells.gru_grad, theta, state0, 3 * H
+
+
+@pytest.mark.parametrize("case", [lstm_case, gru_case], ids=["lstm", "gru"])
+def test_hand_written_gradient_matches_autodiff(mode, case):
+  rng = np.random.default_rng(0)
+  step, grad, theta, state0, width = case(rng)
+  x = tf.constant(rng.normal(size=[T, B, D]))
+  kernel = tf.constant(rng.normal(size=[D, width]) * 0.5)
+  bias = tf.constant(rng.normal(size=[width]))
+  weights = tf.nest.map_structure(
+      lambda s: tf.constant(rng.normal(size=[T] + s.shape.as_list())), state0)
+
+  def loss_and_grads(run):
+    def fn(theta, state0, x, kernel, bias):
+      with tf.GradientTape() as tape:
+        tape.watch([theta, state0, x, kernel, bias])
+        acc, final = run(theta, state0, cells.project_inputs(x, kernel, bias))
+        loss = sum(tf.reduce_sum(a * w) for a, w in zip(
+            tf.nest.flatten(acc), tf.nest.flatten(weights)))
+        loss += sum(tf.reduce_sum(tf.sin(f)) for f in tf.nest.flatten(final))
+      return acc, tape.gradient(loss, [theta, state0, x, kernel, bias])
+    return fn
+
+  got = in_mode(mode, loss_and_grads(
+      lambda t, s, xw: tf_recurrent.recurrent(t, s, xw, step, grad)))(
+          theta, state0, x, kernel, bias)
+  want = loss_and_grads(lambda t, s, xw: static_unroll(t, s, xw, step))(
+      theta, state0, x, kernel, bias)
+  assert_all_close(got, want, tol=1e-9)
+
+
+def test_lstm_step_matches_keras_lstm_cell():
+  cell = tf.keras.layers.LSTMCell(H)
+  x = tf.random.normal([T, B, D])
+  cell.build((B, D))
+  kernel, recurrent_kernel, bias = cell.get_weights()
+  state = [tf.zeros([B, H]), tf.zeros([B, H])]
+  keras_rows = []
+  for t in range(T):
+    out, state = cell(x[t], state)
+    keras_rows.append(out)
+  acc, _ = tf_recurrent.recurrent(
+      {"recurrent_kernel": tf.constant(recurrent_kernel)},
+      {"h": tf.zeros([B, H]), "c": tf.zeros([B, H])},
+      cells.project_inputs(x, kernel, bias), cells.lstm_step, cells.lstm_grad)
+  np.testing.assert_allclose(acc["h"], tf.stack(keras_rows), atol=1e-5)
+
+
+def test_gru_step_matches_keras_gru_cell():
+  cell = tf.keras.layers.GRUCell(H)
+  x = tf.random.normal([T, B, D])
+  cell.build((B, D))
+  kernel, recurrent_kernel, bias = cell.get_weights()
+  state = tf.zeros([B, H])
+  keras_rows = []
+  for t in range(T):
+    out, state = cell(x[t], state)
+    keras_rows.append(out)
+  acc, _ = tf_recurrent.recurrent(
+      {"recurrent_kernel": tf.constant(recurrent_kernel),
+       "recurrent_bias": tf.constant(bias[1])},
+      {"h": tf.zeros([B, H])},
+      cells.project_inputs(x, kernel, bias[0]), cells.gru_step, cells.gru_grad)
+  np.testing.assert_allclose(acc["h"], tf.stack(keras_rows), atol=1e-5)

@@ -1,0 +1,151 @@
+"""Bad input is rejected before any loop runs, naming the part at fault."""
+
+import pytest
+import tensorflow as tf
+
+import tf_recurrent
+
+
+def cell(theta, state, x):
+  return {"h": state["h"] + x}, []
+
+
+STATE = {"h": tf.zeros([2])}
+INPUTS = tf.ones([3, 2])
+
+
+def test_non_callable_cell_fn():
+  with pytest.raises(TypeError, match="cell_fn must be callable; got int"):
+    tf_recurrent.recurrent({}, STATE, INPUTS, 3)
+
+
+def test_non_callable_cell_grad():
+  with pytest.raises(TypeError, match="cell_grad must be callable"):
+    tf_recurrent.recurrent({}, STATE, INPUTS, cell, cell_grad="grad")
+
+
+def test_inputs_disagree_on_length():
+  with pytest.raises(ValueError, match=r"inputs\['a'\] has 3 and "
+                     r"inputs\['b'\] has 4"):
+    tf_recurrent.recurrent({}, STATE, {"a": INPUTS, "b": tf.ones([4, 2])},
+                           lambda t, s, x: cell(t, s, x["a"]))
+
+
+def test_scalar_input_leaf():
+  with pytest.raises(ValueError, match=r"inputs\[1\] is a scalar"):
+    tf_recurrent.recurrent({}, STATE, [INPUTS, tf.constant(1.0)],
+                           lambda t, s, x: cell(t, s, x[0]))
+
+
+def test_empty_inputs():
+  with pytest.raises(ValueError, match="inputs must hold at least one tensor"):
+    tf_recurrent.recurrent({}, STATE, [], cell)
+
+
+def test_unconvertible_leaf():
+  with pytest.raises(TypeError, match=r"theta\['w'\] must be a tensor"):
+    tf_recurrent.recurrent({"w": object()}, STATE, INPUTS, cell)
+
+
+def test_state_structure_mismatch():
+  with pytest.raises(ValueError, match=r"state1 cell_fn returned does not "
+                     r"match the structure of state0: missing leaves \['h'\]"
+                     r"|missing leaves \[\"\['h'\]\"\]"):
+    tf_recurrent.recurrent({}, STATE, INPUTS,
+                           lambda t, s, x: ({"g": s["h"]}, []))
+
+
+def test_state_dtype_mismatch():
+  with pytest.raises(ValueError, match=r"state0\['h'\] has dtype float64, "
+                     "expected float32"):
+    tf_recurrent.recurrent({}, STATE, INPUTS, lambda t, s, x: (
+        {"h": tf.cast(s["h"], tf.float64)}, []))
+
+
+def test_state_shape_mismatch():
+  with pytest.raises(ValueError, match=r"state0\['h'\] has shape \(2, 2\), "
+                     r"expected \(2,\)"):
+    tf_recurrent.recurrent({}, STATE, INPUTS, lambda t, s, x: (
+        {"h": tf.stack([s["h"], x])}, []))
+
+
+def test_cell_fn_must_return_a_pair():
+  with pytest.raises(ValueError, match=r"cell_fn must return a pair"):
+    tf_recurrent.recurrent({}, STATE, INPUTS, lambda t, s, x: {"h": s["h"]})
+
+
+def test_extras_mismatch():
+  with pytest.raises(ValueError, match=r"extras cell_fn returned.*extras\['e'\]"
+                     r" has dtype float32, expected int32"):
+    tf_recurrent.recurrent(
+        {}, STATE, INPUTS, lambda t, s, x: ({"h": s["h"]}, {"e": x}),
+        extras={"e": tf.zeros([2], tf.int32)})
+
+
+def test_cell_grad_wrong_structure():
+  def grad(theta, state0, x, extras, dstate1):
+    return {}, {"h": dstate1["h"], "c": dstate1["h"]}, x
+
+  with pytest.raises(ValueError, match=r"dstate0 cell_grad returned does not "
+                     r"match the structure of state0: unexpected leaves"):
+    tf_recurrent.recurrent({}, STATE, INPUTS, cell, cell_grad=grad)
+
+
+def test_cell_grad_wrong_arity():
+  with pytest.raises(ValueError, match="cell_grad must return a triple"):
+    tf_recurrent.recurrent({}, STATE, INPUTS, cell,
+                           cell_grad=lambda *a: ({}, a[-1]))
+
+
+@pytest.mark.parametrize("length", [-1, 4])
+def test_max_input_length_out_of_range(length):
+  with pytest.raises(ValueError, match=r"max_input_length must be in \[0, "
+                     rf"T=3\]; got {length}"):
+    tf_recurrent.recurrent({}, STATE, INPUTS, cell, max_input_length=length)
+
+
+def test_max_input_length_tensor_out_of_range_at_run_time():
+  run = tf.function(lambda n: tf_recurrent.recurrent(
+      {}, STATE, INPUTS, cell, max_input_length=n))
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="max_input_length exceeds"):
+    run(tf.constant(5))
+
+
+def test_stateful_random_op_rejected_under_default_gradient():
+  def noisy(theta, state, x):
+    return {"h": state["h"] + tf.nn.dropout(x, 0.5)}, []
+
+  with pytest.raises(ValueError, match="stateful random ops.*step_seed"):
+    tf_recurrent.recurrent({}, STATE, INPUTS, noisy)
+
+
+def test_custom_grad_with_closed_over_tensor_rejected():
+  scale = tf.constant(2.0)
+
+  def scaled(theta, state, x):
+    return {"h": state["h"] * scale + x}, []
+
+  def grad(theta, state0, x, extras, dstate1):
+    return {}, {"h": dstate1["h"] * scale}, dstate1["h"]
+
+  with pytest.raises(ValueError, match="closes over tensors.*Pass them in "
+                     "theta"):
+    tf_recurrent.recurrent({}, STATE, INPUTS, scaled, cell_grad=grad)
+
+
+def test_custom_grad_with_closed_over_variable_rejected():
+  w = tf.Variable(2.0, name="closure_w")
+
+  def scaled(theta, state, x):
+    return {"h": state["h"] * w + x}, []
+
+  with pytest.raises(ValueError, match=r"reads trainable variables "
+                     r"\['closure_w:0'\]"):
+    tf_recurrent.recurrent({}, STATE, INPUTS, scaled,
+                           cell_grad=lambda *a: ({}, a[-1], a[-1]["h"]))
+
+
+def test_bad_seed():
+  with pytest.raises(ValueError, match="seed must be an int32 or int64"):
+    tf_recurrent.recurrent({}, STATE, INPUTS, cell, seed=[1.0, 2.0])

@@ -1,0 +1,436 @@
+"""tf_recurrent.recurrent against a static Python unroll, in every mode."""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_recurrent
+from tf_recurrent import cell_grad as cell_grad_lib
+from conftest import (MODES, assert_all_close, in_mode, loss_weights,
+                      static_unroll, weighted_sum)
+
+Theta = collections.namedtuple("Theta", "x")
+Coeff = collections.namedtuple("Coeff", "coeff")
+
+
+def poly_cell(theta, state, inputs):
+  return {
+      "value": state["value"] + inputs.coeff * state["x_power"],
+      "x_power": state["x_power"] * theta.x,
+  }, []
+
+
+def test_polynomial_matches_upstream(mode):
+  """The tf.contrib test: 1 + 2x + 3x^2 at x=2, and its gradients."""
+
+  def run(x, coeff):
+    with tf.GradientTape() as tape:
+      tape.watch([x, coeff])
+      acc, final = tf_recurrent.recurrent(
+          Theta(x), {"value": tf.constant(0.0), "x_power": tf.constant(1.0)},
+          Coeff(coeff), poly_cell)
+    return acc, final, tape.gradient(final["value"], [x, coeff])
+
+  acc, final, (dx, dcoeff) = in_mode(mode, run)(tf.constant(2.0),
+                                                 tf.constant([1.0, 2.0, 3.0]))
+  np.testing.assert_allclose(acc["value"], [1, 5, 17])
+  np.testing.assert_allclose(acc["x_power"], [2, 4, 8])
+  assert float(final["value"]) == 17.0
+  assert isinstance(acc, dict)
+  assert float(dx) == 14.0
+  np.testing.assert_allclose(dcoeff, [1, 2, 4])
+
+
+def elman_cell(theta, state, x):
+  h = tf.tanh(tf.matmul(x, theta["w"]) + tf.matmul(state["h"], theta["u"]) +
+              theta["b"])
+  return {"h": h}, {"h": h}
+
+
+def elman_grad(theta, state, x, extras, dstate1):
+  dpre = dstate1["h"] * (1 - tf.square(extras["h"]))
+  dtheta = {
+      "w": tf.matmul(x, dpre, transpose_a=True),
+      "u": tf.matmul(state["h"], dpre, transpose_a=True),
+      "b": tf.reduce_sum(dpre, 0),
+  }
+  return (dtheta, {"h": tf.matmul(dpre, theta["u"], transpose_b=True)},
+          tf.matmul(dpre, theta["w"], transpose_b=True))
+
+
+def elman_args(seq_len, dtype=tf.float64, batch=3, dim_in=4, dim_h=5, seed=0):
+  rng = np.random.default_rng(seed)
+  theta = {
+      "w": tf.constant(rng.normal(size=[dim_in, dim_h]) * 0.5, dtype),
+      "u": tf.constant(rng.normal(size=[dim_h, dim_h]) * 0.5, dtype),
+      "b": tf.constant(rng.normal(size=[dim_h]), dtype),
+  }
+  state0 = {"h": tf.constant(rng.normal(size=[batch, dim_h]), dtype)}
+  inputs = tf.constant(rng.normal(size=[seq_len, batch, dim_in]), dtype)
+  return theta, state0, inputs
+
+
+def value_and_grads(run_op, theta, state0, inputs, weights):
+  """Loss over acc and final state, and its gradients w.r.t. every argument."""
+  with tf.GradientTape() as tape:
+    tape.watch([theta, state0, inputs])
+    acc, final = run_op(theta, state0, inputs)
+    loss = weighted_sum(acc, weights[0]) + weighted_sum(final, weights[1])
+  return acc, final, tape.gradient(loss, [theta, state0, inputs])
+
+
+@pytest.mark.parametrize("seq_len", [1, 7])
+@pytest.mark.parametrize("hand_written_grad", [False, True])
+def test_elman_matches_static_unroll(mode, seq_len, hand_written_grad):
+  theta, state0, inputs = elman_args(seq_len)
+  weights = (loss_weights({"h": tf.zeros([seq_len, 3, 5])}, 1),
+             loss_weights(state0, 2))
+  grad = elman_grad if hand_written_grad else None
+
+  def op(t, s, x):
+    return tf_recurrent.recurrent(t, s, x, elman_cell, cell_grad=grad)
+
+  def ref(t, s, x):
+    return static_unroll(t, s, x, elman_cell)
+
+  got = in_mode(mode, lambda *a: value_and_grads(op, *a, weights))(
+      theta, state0, inputs)
+  want = value_and_grads(ref, theta, state0, inputs, weights)
+  assert_all_close(got, want, tol=1e-9)
+
+
+def test_numerical_gradients_float64():
+  theta, state0, inputs = elman_args(4, batch=2, dim_in=2, dim_h=3)
+
+  def loss(w, u, h0, x):
+    acc, final = tf_recurrent.recurrent({"w": w, "u": u, "b": theta["b"]},
+                                        {"h": h0}, x, elman_cell)
+    return tf.reduce_sum(acc["h"] * acc["h"]) + tf.reduce_sum(final["h"])
+
+  theoretical, numerical = tf.test.compute_gradient(
+      loss, [theta["w"], theta["u"], state0["h"], inputs], delta=1e-6)
+  for a, n in zip(theoretical, numerical):
+    np.testing.assert_allclose(a, n, rtol=1e-6, atol=1e-6)
+
+
+def test_numerical_gradients_with_hand_written_grad_and_length():
+  theta, state0, inputs = elman_args(5, batch=2, dim_in=2, dim_h=3)
+
+  def loss(w, h0, x):
+    acc, _ = tf_recurrent.recurrent({"w": w, "u": theta["u"], "b": theta["b"]},
+                                    {"h": h0}, x, elman_cell, elman_grad,
+                                    max_input_length=tf.constant(3))
+    return tf.reduce_sum(tf.sin(acc["h"]))
+
+  theoretical, numerical = tf.test.compute_gradient(
+      loss, [theta["w"], state0["h"], inputs], delta=1e-6)
+  for a, n in zip(theoretical, numerical):
+    np.testing.assert_allclose(a, n, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("length_kind", ["python", "tensor"])
+def test_max_input_length_zeros_past_the_end(mode, length_kind):
+  theta, state0, inputs = elman_args(6)
+  weights = (loss_weights({"h": tf.zeros([6, 3, 5])}, 3),
+             loss_weights(state0, 4))
+
+  def op(t, s, x):
+    n = 4 if length_kind == "python" else tf.constant(4)
+    return tf_recurrent.recurrent(t, s, x, elman_cell, max_input_length=n)
+
+  got = in_mode(mode, lambda *a: value_and_grads(op, *a, weights))(
+      theta, state0, inputs)
+  want = value_and_grads(
+      lambda t, s, x: static_unroll(t, s, x, elman_cell, num_steps=4),
+      theta, state0, inputs, weights)
+  assert_all_close(got, want, tol=1e-9)
+  acc, _, (_, _, dinputs) = got
+  assert np.all(np.asarray(acc["h"])[4:] == 0)
+  assert np.all(np.asarray(dinputs)[4:] == 0)
+
+
+def test_zero_steps_returns_state0_and_empty_accumulators(mode):
+  theta, state0, _ = elman_args(1)
+  inputs = tf.zeros([0, 3, 4], tf.float64)
+
+  def run(t, s, x):
+    with tf.GradientTape() as tape:
+      tape.watch(s)
+      acc, final = tf_recurrent.recurrent(t, s, x, elman_cell)
+      loss = tf.reduce_sum(final["h"])
+    return acc, final, tape.gradient(loss, s)
+
+  acc, final, dstate0 = in_mode(mode, run)(theta, state0, inputs)
+  assert acc["h"].shape == [0, 3, 5]
+  assert_all_close(final, state0)
+  np.testing.assert_allclose(dstate0["h"], np.ones([3, 5]))
+
+
+def test_unknown_length_traces_once():
+  traces = []
+
+  def cell(theta, state, x):
+    traces.append(1)
+    return elman_cell(theta, state, x)
+
+  theta, state0, _ = elman_args(1, dtype=tf.float32)
+  spec = tf.TensorSpec([None, 3, 4], tf.float32)
+
+  @tf.function(input_signature=[spec])
+  def run(x):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      acc, _ = tf_recurrent.recurrent(theta, state0, x, cell)
+      loss = tf.reduce_sum(acc["h"])
+    return acc["h"], tape.gradient(loss, x)
+
+  for seq_len in (2, 5, 9):
+    x = tf.random.normal([seq_len, 3, 4])
+    acc, dx = run(x)
+    want_acc, _ = static_unroll(theta, state0, x, elman_cell)
+    np.testing.assert_allclose(acc, want_acc["h"], rtol=1e-5, atol=1e-5)
+    assert dx.shape == [seq_len, 3, 4]
+  after_first = len(traces)
+  run(tf.random.normal([4, 3, 4]))
+  assert len(traces) == after_first
+  assert run.experimental_get_tracing_count() == 1
+
+
+def test_eager_calls_reuse_one_trace():
+  traces = []
+
+  def cell(theta, state, x):
+    traces.append(1)
+    return elman_cell(theta, state, x)
+
+  theta, state0, inputs = elman_args(3)
+  tf_recurrent.recurrent(theta, state0, inputs, cell)
+  first = len(traces)
+  for _ in range(3):
+    tf_recurrent.recurrent(theta, state0, inputs, cell)
+  # Each eager call traces one step to check it, but never the loops again.
+  assert len(traces) - first == 3
+
+
+def test_integer_leaves_are_carried_without_gradients(mode):
+
+  def cell(theta, state, x):
+    h = state["h"] * theta + x["x"] + tf.cast(x["id"], x["x"].dtype)
+    return {"h": h, "count": state["count"] + 1}, []
+
+  def run(theta, h0, x):
+    with tf.GradientTape() as tape:
+      tape.watch([theta, h0, x])
+      acc, final = tf_recurrent.recurrent(
+          theta, {"h": h0, "count": tf.constant(0)},
+          {"x": x, "id": tf.range(4)}, cell)
+      loss = tf.reduce_sum(acc["h"])
+    return acc["count"], final["count"], tape.gradient(loss, [theta, h0, x])
+
+  count, final_count, grads = in_mode(mode, run)(
+      tf.constant(0.5, tf.float64), tf.constant([1.0, 2.0], tf.float64),
+      tf.ones([4, 2], tf.float64))
+  np.testing.assert_array_equal(count, [1, 2, 3, 4])
+  assert int(final_count) == 4
+  with tf.GradientTape() as tape:
+    theta, h0, x = (tf.constant(0.5, tf.float64),
+                    tf.constant([1.0, 2.0], tf.float64),
+                    tf.ones([4, 2], tf.float64))
+    tape.watch([theta, h0, x])
+    acc, _ = static_unroll(theta, {"h": h0, "count": tf.constant(0)},
+                           {"x": x, "id": tf.range(4)}, cell)
+    loss = tf.reduce_sum(acc["h"])
+  assert_all_close(grads, tape.gradient(loss, [theta, h0, x]), tol=1e-12)
+
+
+def test_integer_inputs_and_theta_get_no_gradient():
+
+  def cell(theta, state, inputs):
+    scale = tf.cast(theta["k"], tf.float32)
+    return state * theta["w"] + scale * tf.cast(inputs["id"], tf.float32) + inputs["x"], []
+
+  theta = {"w": tf.constant(0.5), "k": tf.constant(2)}
+  inputs = {"x": tf.ones([3]), "id": tf.range(3)}
+  with tf.GradientTape() as tape:
+    tape.watch([theta["w"], inputs["x"]])
+    acc, _ = tf_recurrent.recurrent(theta, tf.constant(0.0), inputs, cell)
+    loss = tf.reduce_sum(acc)
+  dw, dx = tape.gradient(loss, [theta["w"], inputs["x"]])
+  ref_w = tf.constant(0.5)
+  with tf.GradientTape() as tape:
+    tape.watch([ref_w, inputs["x"]])
+    acc_ref, _ = static_unroll({"w": ref_w, "k": theta["k"]}, tf.constant(0.0),
+                               inputs, cell)
+    loss_ref = tf.reduce_sum(acc_ref)
+  want = tape.gradient(loss_ref, [ref_w, inputs["x"]])
+  assert_all_close([dw, dx], want)
+
+
+@pytest.mark.parametrize("where", ["theta", "closure"])
+@pytest.mark.parametrize("mode_", ["eager", "function"])
+def test_variables_get_gradients(where, mode_):
+  w = tf.Variable([[0.3, -0.2], [0.1, 0.4]], dtype=tf.float64)
+
+  def cell(theta, state, x):
+    weight = theta["w"] if where == "theta" else w
+    return tf.tanh(tf.matmul(state, weight) + x), []
+
+  theta = {"w": w} if where == "theta" else {}
+  x = tf.constant(np.random.default_rng(0).normal(size=[5, 1, 2]))
+  h0 = tf.ones([1, 2], tf.float64)
+
+  def run():
+    with tf.GradientTape() as tape:
+      acc, final = tf_recurrent.recurrent(theta, h0, x, cell)
+      loss = tf.reduce_sum(acc * acc) + tf.reduce_sum(final)
+    return tape.gradient(loss, w)
+
+  got = in_mode(mode_, run)()
+  with tf.GradientTape() as tape:
+    acc, final = static_unroll(theta, h0, x, cell)
+    loss = tf.reduce_sum(acc * acc) + tf.reduce_sum(final)
+  want = tape.gradient(loss, w)
+  assert got is not None
+  np.testing.assert_allclose(got, want, rtol=1e-9)
+
+
+@pytest.mark.parametrize("mode_", ["eager", "function"])
+def test_closed_over_tensor_gets_its_gradient(mode_):
+  x = tf.constant(np.random.default_rng(1).normal(size=[4, 2]))
+
+  def run(scale):
+    def cell(theta, state, x_t):
+      return state * scale + x_t, []
+    with tf.GradientTape() as tape:
+      tape.watch(scale)
+      acc, _ = tf_recurrent.recurrent({}, tf.ones([2], tf.float64), x, cell)
+      loss = tf.reduce_sum(acc * acc)
+    return tape.gradient(loss, scale)
+
+  scale = tf.constant(0.7, tf.float64)
+  got = in_mode(mode_, run)(scale)
+  with tf.GradientTape() as tape:
+    tape.watch(scale)
+    acc, _ = static_unroll({}, tf.ones([2], tf.float64), x,
+                           lambda t, s, x_t: (s * scale + x_t, []))
+    loss = tf.reduce_sum(acc * acc)
+  np.testing.assert_allclose(got, tape.gradient(loss, scale), rtol=1e-9)
+
+
+def test_eager_closure_rebinding_is_not_stale():
+  x = tf.ones([3, 2])
+  for scale in (1.0, 2.0, 3.0):
+    s = tf.constant(scale)
+    _, final = tf_recurrent.recurrent(
+        {}, tf.zeros([2]), x, lambda t, st, xt: (st * s + xt, []))
+    np.testing.assert_allclose(final, [1 + scale + scale**2] * 2)
+
+
+def dropout_cell(theta, state, x):
+  keep = tf.random.stateless_uniform(
+      tf.shape(x), seed=tf_recurrent.step_seed(), dtype=x.dtype) < 0.5
+  return tf.tanh(state * theta + tf.where(keep, 2.0 * x, tf.zeros_like(x))), []
+
+
+def test_step_seed_makes_recompute_match_forward(mode):
+  seed = tf.constant([7, 11])
+  theta = tf.constant(0.8, tf.float64)
+  x = tf.constant(np.random.default_rng(2).normal(size=[6, 50]))
+  h0 = tf.zeros([50], tf.float64)
+
+  def run(theta, x):
+    with tf.GradientTape() as tape:
+      tape.watch([theta, x])
+      acc, _ = tf_recurrent.recurrent(theta, h0, x, dropout_cell, seed=seed)
+      loss = tf.reduce_sum(acc * acc)
+    return acc, tape.gradient(loss, [theta, x])
+
+  acc, grads = in_mode(mode, run)(theta, x)
+
+  def reference(theta, x):
+    """Autodiff of the same forward, each step seeded as the op seeds it."""
+    with tf.GradientTape() as tape:
+      tape.watch([theta, x])
+      state, rows = h0, []
+      for t in range(6):
+        with cell_grad_lib.seeded_step(lambda: seed, t):
+          state, _ = dropout_cell(theta, state, x[t])
+        rows.append(state)
+      want_acc = tf.stack(rows)
+      loss = tf.reduce_sum(want_acc * want_acc)
+    return want_acc, tape.gradient(loss, [theta, x])
+
+  # XLA's stateless RNG draws other numbers than the CPU kernels, so the
+  # reference runs in the same mode.
+  want_acc, want_grads = in_mode(mode, reference)(theta, x)
+  np.testing.assert_allclose(acc, want_acc, rtol=1e-12)
+  assert_all_close(grads, want_grads, tol=1e-10)
+  dropped_inputs = np.asarray(grads[1]) == 0
+  assert 0.3 < dropped_inputs.mean() < 0.7
+
+
+def test_step_seed_draws_new_masks_per_call_without_seed():
+  x = tf.ones([2, 100])
+  a, _ = tf_recurrent.recurrent(tf.constant(0.0), tf.zeros([100]), x,
+                                dropout_cell)
+  b, _ = tf_recurrent.recurrent(tf.constant(0.0), tf.zeros([100]), x,
+                                dropout_cell)
+  assert not np.array_equal(a, b)
+
+
+def test_step_seed_outside_cell_fn_raises():
+  with pytest.raises(RuntimeError, match="outside a cell_fn"):
+    tf_recurrent.step_seed()
+
+
+def test_recurrent_alias_is_the_same_callable():
+  assert tf_recurrent.Recurrent is tf_recurrent.recurrent
+
+
+def test_inside_mirrored_strategy_matches_single_device():
+  devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+  strategy = tf.distribute.MirroredStrategy(devices)
+  theta, state0, inputs = elman_args(4, dtype=tf.float32)
+  with strategy.scope():
+    w = tf.Variable(theta["w"])
+
+  def step():
+    with tf.GradientTape() as tape:
+      acc, _ = tf_recurrent.recurrent(
+          {"w": w, "u": theta["u"], "b": theta["b"]}, state0, inputs,
+          elman_cell)
+      loss = tf.reduce_sum(acc["h"])
+    return tape.gradient(loss, w)
+
+  per_replica = strategy.run(tf.function(step))
+  grads = strategy.experimental_local_results(per_replica)
+  want = step()
+  assert len(grads) == len(devices)
+  for g in grads:
+    np.testing.assert_allclose(g, want, rtol=1e-5)
+
+
+def test_no_intermediates_are_kept_for_the_backward_pass():
+  """The forward graph outputs states only: no per-step activation stacks."""
+  theta, state0, inputs = elman_args(5, dtype=tf.float32)
+
+  @tf.function
+  def run(x):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      acc, _ = tf_recurrent.recurrent(theta, state0, x, elman_cell)
+      loss = tf.reduce_sum(acc["h"])
+    return tape.gradient(loss, x)
+
+  graph = run.get_concrete_function(inputs).graph
+  whiles = [op for op in graph.get_operations() if op.type in
+            ("While", "StatelessWhile")]
+  assert len(whiles) == 2  # one forward, one reverse loop
+  forward = min(whiles, key=lambda op: op.name)
+  # The forward loop carries counter, state and one accumulator per state
+  # leaf, plus the inputs and theta it reads; autodiff of a while loop would
+  # add an accumulator per intermediate.
+  list_outputs = [t for t in forward.outputs if t.dtype == tf.variant]
+  assert len(list_outputs) == 1

@@ -1,0 +1,22 @@
+"""tf_recurrent: recurrent models in TensorFlow 2 whose backward pass keeps only
+per-step states.
+
+Example:
+
+>>> import tensorflow as tf
+>>> import tf_recurrent
+>>> def cell_fn(theta, state, x):
+...   return {"h": tf.tanh(x @ theta["w"] + state["h"])}, []
+>>> acc, final = tf_recurrent.recurrent(
+...     theta={"w": tf.ones([3, 4])}, state0={"h": tf.zeros([2, 4])},
+...     inputs=tf.ones([5, 2, 3]), cell_fn=cell_fn)
+>>> acc["h"].shape
+TensorShape([5, 2, 4])
+"""
+
+from tf_recurrent.cell_grad import step_seed
+from tf_recurrent.recurrent import Recurrent
+from tf_recurrent.recurrent import recurrent
+
+__all__ = ["recurrent", "Recurrent", "step_seed"]
+__version__ = "0.1.0"

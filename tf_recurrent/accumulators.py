@@ -1,0 +1,120 @@
+"""Per-step row writes into a [T, ...] accumulator at O(1) cost in every mode.
+
+The forward loop writes one state row per step and the backward loop one
+input-gradient row per step. Which primitive writes a row in place depends on
+who runs the loop:
+
+* Under XLA (`jit_compile=True`, TPU): `tf.tensor_scatter_nd_update` on a
+  preallocated buffer lowers to a dynamic-update-slice that XLA performs in
+  place.
+* In the TF executor the same op copies the whole buffer on every step (a
+  training step becomes quadratic in T). A TensorList written once per index
+  forwards its buffer instead, and unwritten rows stack as zeros.
+
+`tf.raw_ops.InplaceUpdate`, which the tf.contrib op used, is deliberately not
+used: it is deprecated and aliases the caller's tensor when run eagerly.
+"""
+
+from typing import Optional
+
+import tensorflow as tf
+
+try:  # The one place XLA's tracing context is visible from Python.
+  from tensorflow.python.ops import control_flow_util as _control_flow_util
+except ImportError:  # pragma: no cover - depends on the TF build.
+  _control_flow_util = None
+
+
+def in_xla_context() -> bool:
+  """True while tracing a function that XLA will compile (jit_compile=True)."""
+  if _control_flow_util is None:  # pragma: no cover
+    return False
+  graph = tf.compat.v1.get_default_graph()
+  return bool(_control_flow_util.GraphOrParentsInXlaContext(graph))
+
+
+class RowAccumulator:
+  """Writes rows `acc[t] = row` into a `[num_rows] + row.shape` tensor.
+
+  The accumulator itself is a plain tensor (a buffer under XLA, a TensorList
+  handle otherwise), so it can be a `tf.while_loop` variable.
+
+  Example:
+
+  >>> template = tf.zeros([2])
+  >>> acc = RowAccumulator(template, num_rows=3, use_xla=False)
+  >>> handle = acc.write(acc.empty(), 1, tf.ones([2]))
+  >>> acc.stack(handle).numpy().tolist()
+  [[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]]
+  """
+
+  def __init__(self, template: tf.Tensor, num_rows, use_xla: bool):
+    """Creates the accumulator description.
+
+    Args:
+      template: A tensor shaped and typed like one row.
+      num_rows: Scalar int (tensor or Python), the number of rows.
+      use_xla: Whether the loop is compiled by XLA.
+    """
+    self._init(tf.shape(template), template.shape, template.dtype, num_rows,
+               use_xla)
+
+  @classmethod
+  def like_rows_of(cls, tensor: tf.Tensor, use_xla: bool) -> "RowAccumulator":
+    """An accumulator shaped like `tensor` itself (rows of `tensor[0]`)."""
+    acc = cls.__new__(cls)
+    shape = tf.shape(tensor)
+    acc._init(shape[1:], tensor.shape[1:], tensor.dtype, shape[0], use_xla)
+    return acc
+
+  def _init(self, row_shape, static_row_shape, dtype, num_rows, use_xla):
+    self._dtype = dtype
+    self._row_shape = row_shape
+    self._static_shape = tf.TensorShape(
+        [tf.get_static_value(num_rows)]).concatenate(static_row_shape)
+    self._num_rows = num_rows
+    self._use_xla = use_xla
+
+  def empty(self) -> tf.Tensor:
+    """A fresh accumulator whose rows are all zeros."""
+    if self._use_xla:
+      shape = tf.concat([[self._num_rows], self._row_shape], axis=0)
+      return tf.zeros(shape, self._dtype)
+    return tf.raw_ops.TensorListReserve(
+        element_shape=self._row_shape,
+        num_elements=self._num_rows,
+        element_dtype=self._dtype)
+
+  def write(self, handle: tf.Tensor, index, row: tf.Tensor) -> tf.Tensor:
+    """Returns the accumulator with row `index` set to `row`."""
+    if self._use_xla:
+      return tf.tensor_scatter_nd_update(
+          handle, tf.reshape(tf.cast(index, tf.int32), [1, 1]),
+          tf.expand_dims(row, 0))
+    return tf.raw_ops.TensorListSetItem(
+        input_handle=handle, index=index, item=row)
+
+  def stack(self, handle: tf.Tensor) -> tf.Tensor:
+    """The dense `[num_rows, ...]` tensor; rows never written are zeros."""
+    if self._use_xla:
+      dense = handle
+    else:
+      dense = tf.raw_ops.TensorListStack(
+          input_handle=handle,
+          element_shape=self._row_shape,
+          element_dtype=self._dtype,
+          num_elements=-1)
+    dense.set_shape(self._static_shape)
+    return dense
+
+
+def read_row(tensor: tf.Tensor, index) -> tf.Tensor:
+  """`tensor[index]` along the leading axis, copying only that row."""
+  return tf.gather(tensor, index)
+
+
+def static_num_rows(tensor: tf.Tensor) -> Optional[int]:
+  """The static size of the leading axis, or None when unknown."""
+  if tensor.shape.rank is None or tensor.shape.rank == 0:
+    return None
+  return tensor.shape[0]

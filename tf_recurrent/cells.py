@@ -1,0 +1,161 @@
+"""Built-in LSTM and GRU steps with hand-written gradients.
+
+The input projection `x @ W + b` does not depend on the state, so it is
+computed for all T at once outside the loop (one large matmul) and the step
+functions receive the projected inputs. Each step saves its gate activations
+as extras; the gradient then needs no recompute, only the two matmuls of the
+recurrent kernel.
+
+Gate order follows Keras: LSTM `[i, f, c, o]`, GRU `[z, r, h]` with
+`reset_after=True`.
+"""
+
+from typing import Any, Dict, Tuple
+
+import tensorflow as tf
+
+Tensor = tf.Tensor
+
+
+def project_inputs(inputs: Tensor, kernel: Tensor, bias: Tensor) -> Tensor:
+  """`inputs @ kernel + bias` for time-major `[T, B, D]` inputs, at once.
+
+  Example:
+
+  >>> x = tf.ones([5, 2, 3])
+  >>> project_inputs(x, tf.ones([3, 8]), tf.zeros([8])).shape
+  TensorShape([5, 2, 8])
+  """
+  return tf.einsum("tbd,dk->tbk", inputs, kernel) + bias
+
+
+def lstm_step(theta: Dict[str, Tensor], state: Dict[str, Tensor],
+              projected: Tensor) -> Tuple[Dict[str, Tensor], Dict[str, Tensor]]:
+  """One LSTM step on projected inputs: a `cell_fn` for `recurrent`.
+
+  Args:
+    theta: `{"recurrent_kernel": [H, 4H]}`.
+    state: `{"h": [B, H], "c": [B, H]}`.
+    projected: `[B, 4H]`, this step's `x @ kernel + bias`.
+
+  Returns:
+    `(state1, extras)`, extras holding the gate activations for `lstm_grad`.
+
+  Example:
+
+  >>> import tf_recurrent
+  >>> from tf_recurrent import cells
+  >>> theta = {"recurrent_kernel": tf.zeros([4, 16])}
+  >>> state0 = {"h": tf.zeros([2, 4]), "c": tf.zeros([2, 4])}
+  >>> xw = cells.project_inputs(tf.ones([3, 2, 5]), tf.ones([5, 16]),
+  ...                           tf.zeros([16]))
+  >>> acc, final = tf_recurrent.recurrent(theta, state0, xw, cells.lstm_step,
+  ...                                     cells.lstm_grad)
+  >>> acc["h"].shape
+  TensorShape([3, 2, 4])
+  """
+  z = projected + tf.matmul(state["h"], theta["recurrent_kernel"])
+  zi, zf, zg, zo = tf.split(z, 4, axis=-1)
+  i, f, o = tf.sigmoid(zi), tf.sigmoid(zf), tf.sigmoid(zo)
+  g = tf.tanh(zg)
+  c = f * state["c"] + i * g
+  h = o * tf.tanh(c)
+  return {"h": h, "c": c}, {"gates": tf.concat([i, f, g, o], axis=-1)}
+
+
+def lstm_grad(theta: Dict[str, Tensor], state0: Dict[str, Tensor],
+              projected: Tensor, extras: Dict[str, Tensor],
+              dstate1: Dict[str, Tensor]) -> Tuple[Any, Any, Any]:
+  """The hand-written gradient of `lstm_step`: a `cell_grad` for `recurrent`.
+
+  Example:
+
+  >>> theta = {"recurrent_kernel": tf.ones([2, 8])}
+  >>> s0 = {"h": tf.ones([1, 2]), "c": tf.ones([1, 2])}
+  >>> s1, extras = lstm_step(theta, s0, tf.zeros([1, 8]))
+  >>> dtheta, ds0, dx = lstm_grad(theta, s0, tf.zeros([1, 8]), extras,
+  ...                             {"h": tf.ones([1, 2]), "c": tf.zeros([1, 2])})
+  >>> dx.shape
+  TensorShape([1, 8])
+  """
+  i, f, g, o = tf.split(extras["gates"], 4, axis=-1)
+  c1 = f * state0["c"] + i * g
+  tanh_c1 = tf.tanh(c1)
+  dh1, dc1 = dstate1["h"], dstate1["c"]
+  dc = dc1 + dh1 * o * (1.0 - tf.square(tanh_c1))
+  dz = tf.concat([
+      dc * g * i * (1.0 - i),
+      dc * state0["c"] * f * (1.0 - f),
+      dc * i * (1.0 - tf.square(g)),
+      dh1 * tanh_c1 * o * (1.0 - o),
+  ], axis=-1)
+  kernel = theta["recurrent_kernel"]
+  dtheta = {"recurrent_kernel": tf.matmul(state0["h"], dz, transpose_a=True)}
+  dstate0 = {"h": tf.matmul(dz, kernel, transpose_b=True), "c": dc * f}
+  return dtheta, dstate0, dz
+
+
+def gru_step(theta: Dict[str, Tensor], state: Dict[str, Tensor],
+             projected: Tensor) -> Tuple[Dict[str, Tensor], Dict[str, Tensor]]:
+  """One GRU step (Keras `reset_after=True`) on projected inputs.
+
+  Args:
+    theta: `{"recurrent_kernel": [H, 3H], "recurrent_bias": [3H]}`.
+    state: `{"h": [B, H]}`.
+    projected: `[B, 3H]`, this step's `x @ kernel + input_bias`.
+
+  Returns:
+    `(state1, extras)`, extras holding what `gru_grad` needs.
+
+  Example:
+
+  >>> import tf_recurrent
+  >>> theta = {"recurrent_kernel": tf.zeros([4, 12]),
+  ...          "recurrent_bias": tf.zeros([12])}
+  >>> acc, _ = tf_recurrent.recurrent(theta, {"h": tf.zeros([2, 4])},
+  ...                                 tf.ones([3, 2, 12]), gru_step, gru_grad)
+  >>> acc["h"].shape
+  TensorShape([3, 2, 4])
+  """
+  recurrent = (tf.matmul(state["h"], theta["recurrent_kernel"]) +
+               theta["recurrent_bias"])
+  xz, xr, xh = tf.split(projected, 3, axis=-1)
+  rz, rr, rh = tf.split(recurrent, 3, axis=-1)
+  z = tf.sigmoid(xz + rz)
+  r = tf.sigmoid(xr + rr)
+  hh = tf.tanh(xh + r * rh)
+  h = z * state["h"] + (1.0 - z) * hh
+  return {"h": h}, {"gates": tf.concat([z, r, hh, rh], axis=-1)}
+
+
+def gru_grad(theta: Dict[str, Tensor], state0: Dict[str, Tensor],
+             projected: Tensor, extras: Dict[str, Tensor],
+             dstate1: Dict[str, Tensor]) -> Tuple[Any, Any, Any]:
+  """The hand-written gradient of `gru_step`: a `cell_grad` for `recurrent`.
+
+  Example:
+
+  >>> theta = {"recurrent_kernel": tf.ones([2, 6]),
+  ...          "recurrent_bias": tf.zeros([6])}
+  >>> s0 = {"h": tf.ones([1, 2])}
+  >>> _, extras = gru_step(theta, s0, tf.zeros([1, 6]))
+  >>> _, ds0, dx = gru_grad(theta, s0, tf.zeros([1, 6]), extras,
+  ...                       {"h": tf.ones([1, 2])})
+  >>> ds0["h"].shape
+  TensorShape([1, 2])
+  """
+  z, r, hh, rh = tf.split(extras["gates"], 4, axis=-1)
+  h0 = state0["h"]
+  dh = dstate1["h"]
+  dhh_pre = dh * (1.0 - z) * (1.0 - tf.square(hh))
+  dz_pre = dh * (h0 - hh) * z * (1.0 - z)
+  dr_pre = dhh_pre * rh * r * (1.0 - r)
+  dprojected = tf.concat([dz_pre, dr_pre, dhh_pre], axis=-1)
+  drecurrent = tf.concat([dz_pre, dr_pre, dhh_pre * r], axis=-1)
+  kernel = theta["recurrent_kernel"]
+  dtheta = {
+      "recurrent_kernel": tf.matmul(h0, drecurrent, transpose_a=True),
+      "recurrent_bias": tf.reduce_sum(drecurrent, axis=0),
+  }
+  dh0 = dh * z + tf.matmul(drecurrent, kernel, transpose_b=True)
+  return dtheta, {"h": dh0}, dprojected

@@ -1,0 +1,155 @@
+"""One step of `cell_fn` traced up front, to check it before any loop runs.
+
+Tracing one step into a scratch graph (nothing is executed, nothing is added
+to the caller's graph) tells the op, in one place:
+
+* whether `cell_fn` returns `(state1, extras)` with state1 shaped and typed
+  like state0 and extras like the `extras` argument (the leaf at fault is
+  named otherwise), and likewise for a custom `cell_grad`;
+* the extras' shapes and dtypes, to preallocate their accumulator;
+* which trainable variables and outer tensors `cell_fn` closes over (they
+  need gradients too), and whether it asks for `step_seed()`;
+* whether it draws from a stateful random op, which a recomputing gradient
+  could not reproduce.
+"""
+
+import dataclasses
+from typing import Any, Callable, List, Optional
+
+import tensorflow as tf
+
+from tf_recurrent import cell_grad as cell_grad_lib
+from tf_recurrent import structs
+
+# Op types whose result depends on hidden generator state.
+_STATEFUL_RANDOM_OPS = frozenset({
+    "Multinomial", "ParameterizedTruncatedNormal", "TruncatedNormal",
+    "StatefulUniform", "StatefulUniformInt", "StatefulUniformFullInt",
+    "StatefulStandardNormal", "StatefulStandardNormalV2",
+    "StatefulTruncatedNormal", "StatefulRandomBinomial", "RngSkip",
+    "RngReadAndSkip",
+})
+
+
+def _is_stateful_random(op_type: str) -> bool:
+  if op_type.startswith("Stateless") or op_type == "RandomIndexShuffle":
+    return False
+  return op_type in _STATEFUL_RANDOM_OPS or op_type.startswith("Random")
+
+
+@dataclasses.dataclass
+class StepProbe:
+  """What tracing one step of `cell_fn` revealed.
+
+  Attributes:
+    extras: Structure of `tf.TensorSpec`, the extras one step returns.
+    captured: Outer floating-point tensors `cell_fn` closes over.
+    variables: Trainable variables `cell_fn` reads.
+    uses_step_seed: Whether `cell_fn` calls `tf_recurrent.step_seed()`.
+    stateful_random_ops: Names of stateful random ops `cell_fn` creates.
+  """
+  extras: Any
+  captured: List[tf.Tensor]
+  variables: List[tf.Variable]
+  uses_step_seed: bool
+  stateful_random_ops: List[str]
+
+
+def _spec(x: tf.Tensor) -> tf.TensorSpec:
+  return tf.TensorSpec(x.shape, x.dtype)
+
+
+def _check_cell_output(output: Any, state0: Any, extras: Optional[Any]):
+  """Validates `cell_fn`'s return value; returns (state1, extras)."""
+  if not isinstance(output, (tuple, list)) or len(output) != 2:
+    raise ValueError(
+        "cell_fn must return a pair (state1, extras); got "
+        f"{type(output).__name__}"
+        f"{' of length %d' % len(output) if isinstance(output, (tuple, list)) else ''}."
+        " Return (state1, []) when there are no extras.")
+  state1, step_extras = output
+  structs.check_leaves_match(state0, state1, "state0",
+                             "the state1 cell_fn returned")
+  if extras is not None:
+    structs.check_leaves_match(extras, step_extras, "extras",
+                               "the extras cell_fn returned")
+  return state1, step_extras
+
+
+def _check_grad_output(output: Any, theta: Any, state0: Any, inputs_t: Any):
+  """Validates a custom `cell_grad`'s return value (None leaves allowed)."""
+  if not isinstance(output, (tuple, list)) or len(output) != 3:
+    raise ValueError(
+        "cell_grad must return a triple (dtheta, dstate0, dinputs); got "
+        f"{type(output).__name__}.")
+  for name, want, got in zip(("theta", "state0", "inputs"),
+                             (theta, state0, inputs_t), output):
+    structs.check_leaves_match(want, got, name,
+                               f"the d{name} cell_grad returned",
+                               allow_none=True)
+
+
+def probe_step(cell_fn: Callable[..., Any],
+               cell_grad: Optional[Callable[..., Any]], theta: Any,
+               state0: Any, inputs: Any, extras: Optional[Any]) -> StepProbe:
+  """Traces one step of `cell_fn` (and `cell_grad`) into a scratch graph.
+
+  Args:
+    cell_fn: The user's step function.
+    cell_grad: The user's gradient function, or None.
+    theta: Structure of tensors.
+    state0: Structure of tensors.
+    inputs: Structure of time-major tensors `[T, ...]`.
+    extras: The `extras` argument (structure of tensors) or None.
+
+  Returns:
+    A `StepProbe`.
+
+  Raises:
+    ValueError: If `cell_fn` or `cell_grad` return values unlike the
+      arguments they mirror, naming the leaf at fault.
+  """
+  specs = tf.nest.map_structure(_spec, (theta, state0))
+  input_specs = tf.nest.map_structure(
+      lambda x: tf.TensorSpec(x.shape[1:], x.dtype), inputs)
+  seed_used = []
+
+  def one_step(theta_, state0_, inputs_t):
+    with cell_grad_lib.seeded_step(lambda: tf.zeros([2], tf.int32), 0) as frame:
+      state1, step_extras = _check_cell_output(
+          cell_fn(theta_, state0_, inputs_t), state0_, extras)
+    seed_used.append(frame.used)
+    if cell_grad is not None:
+      dstate1 = tf.nest.map_structure(tf.zeros_like, state1)
+      _check_grad_output(
+          cell_grad(theta_, state0_, inputs_t, step_extras, dstate1),
+          theta_, state0_, inputs_t)
+    return step_extras
+
+  traced = tf.function(one_step, autograph=False).get_concrete_function(
+      specs[0], specs[1], input_specs)
+  step_extras = tf.nest.map_structure(
+      _spec, traced.structured_outputs)
+  if extras is not None:
+    step_extras = tf.nest.map_structure(_spec, extras)
+
+  graph = traced.graph
+  op_types = [(op.type, op.name) for op in graph.get_operations()]
+  for fdef in graph.as_graph_def().library.function:
+    op_types += [(node.op, f"{fdef.signature.name}/{node.name}")
+                 for node in fdef.node_def]
+  stateful = sorted({name for op_type, name in op_types
+                     if _is_stateful_random(op_type)})
+
+  captured = []
+  for outer in traced.captured_inputs:
+    if isinstance(outer, tf.Tensor) and structs.is_differentiable(outer.dtype):
+      # A graph constant cannot be watched by any tape; anything else might.
+      if isinstance(outer, tf.__internal__.EagerTensor) or outer.op.type != "Const":
+        captured.append(outer)
+  return StepProbe(
+      extras=step_extras,
+      captured=captured,
+      variables=list(traced.trainable_variables),
+      uses_step_seed=any(seed_used),
+      stateful_random_ops=stateful)
