@@ -149,3 +149,14 @@ def test_custom_grad_with_closed_over_variable_rejected():
 def test_bad_seed():
   with pytest.raises(ValueError, match="seed must be an int32 or int64"):
     tf_recurrent.recurrent({}, STATE, INPUTS, cell, seed=[1.0, 2.0])
+
+
+def test_variable_assignment_rejected_under_default_gradient():
+  counter = tf.Variable(0.0)
+
+  def counting(theta, state, x):
+    counter.assign_add(1.0)
+    return {"h": state["h"] + x}, []
+
+  with pytest.raises(ValueError, match="assigns to variables"):
+    tf_recurrent.recurrent({}, STATE, INPUTS, counting)

@@ -15,8 +15,11 @@ TensorShape([5, 2, 4])
 """
 
 from tf_recurrent.cell_grad import step_seed
+from tf_recurrent.layers import GRU
+from tf_recurrent.layers import LSTM
+from tf_recurrent.layers import RNN
 from tf_recurrent.recurrent import Recurrent
 from tf_recurrent.recurrent import recurrent
 
-__all__ = ["recurrent", "Recurrent", "step_seed"]
+__all__ = ["recurrent", "Recurrent", "step_seed", "RNN", "LSTM", "GRU"]
 __version__ = "0.1.0"

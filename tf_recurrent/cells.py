@@ -159,3 +159,55 @@ def gru_grad(theta: Dict[str, Tensor], state0: Dict[str, Tensor],
   }
   dh0 = dh * z + tf.matmul(drecurrent, kernel, transpose_b=True)
   return dtheta, {"h": dh0}, dprojected
+
+
+def masked(step, grad):
+  """Wraps a (step, grad) pair so that masked steps carry the state through.
+
+  The wrapped functions take inputs `{"x": x_t, "mask": mask_t}` with a
+  boolean `[B]` mask: where it is False the state leaving the step is the
+  state entering it (Keras's mask semantics), and no gradient reaches the
+  step's theta or inputs.
+
+  Args:
+    step: A `cell_fn` over per-example `[B, ...]` states.
+    grad: Its `cell_grad`.
+
+  Returns:
+    `(masked_step, masked_grad)`.
+
+  Example:
+
+  >>> import tf_recurrent
+  >>> step, grad = masked(lstm_step, lstm_grad)
+  >>> theta = {"recurrent_kernel": tf.ones([2, 8])}
+  >>> s0 = {"h": tf.zeros([1, 2]), "c": tf.zeros([1, 2])}
+  >>> inputs = {"x": tf.ones([3, 1, 8]), "mask": tf.constant([[True], [False],
+  ...                                                         [True]])}
+  >>> acc, _ = tf_recurrent.recurrent(theta, s0, inputs, step, grad)
+  >>> bool(tf.reduce_all(acc["h"][1] == acc["h"][0]))
+  True
+  """
+
+  def expand(mask, like):
+    return tf.reshape(tf.cast(mask, like.dtype),
+                      tf.concat([tf.shape(mask), tf.ones([tf.rank(like) - 1],
+                                                          tf.int32)], 0))
+
+  def masked_step(theta, state, inputs):
+    new, extras = step(theta, state, inputs["x"])
+    keep = inputs["mask"]
+    carried = tf.nest.map_structure(
+        lambda n, o: tf.where(tf.cast(expand(keep, n), tf.bool), n, o), new,
+        state)
+    return carried, extras
+
+  def masked_grad(theta, state0, inputs, extras, dstate1):
+    keep = inputs["mask"]
+    d_new = tf.nest.map_structure(lambda d: d * expand(keep, d), dstate1)
+    dtheta, dstate0, dx = grad(theta, state0, inputs["x"], extras, d_new)
+    dstate0 = tf.nest.map_structure(
+        lambda g, d: g + d * (1.0 - expand(keep, d)), dstate0, dstate1)
+    return dtheta, dstate0, {"x": dx, "mask": None}
+
+  return masked_step, masked_grad

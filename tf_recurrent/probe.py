@@ -31,6 +31,14 @@ _STATEFUL_RANDOM_OPS = frozenset({
 })
 
 
+# Op types that change variables: a recomputed step would repeat the change
+# (a Keras seed generator advancing, say) and see different values.
+_VARIABLE_WRITES = frozenset({
+    "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
+    "ResourceScatterUpdate", "ResourceScatterAdd",
+})
+
+
 def _is_stateful_random(op_type: str) -> bool:
   if op_type.startswith("Stateless") or op_type == "RandomIndexShuffle":
     return False
@@ -47,12 +55,14 @@ class StepProbe:
     variables: Trainable variables `cell_fn` reads.
     uses_step_seed: Whether `cell_fn` calls `tf_recurrent.step_seed()`.
     stateful_random_ops: Names of stateful random ops `cell_fn` creates.
+    variable_writes: Names of ops by which `cell_fn` assigns to variables.
   """
   extras: Any
   captured: List[tf.Tensor]
   variables: List[tf.Variable]
   uses_step_seed: bool
   stateful_random_ops: List[str]
+  variable_writes: List[str]
 
 
 def _spec(x: tf.Tensor) -> tf.TensorSpec:
@@ -140,6 +150,8 @@ def probe_step(cell_fn: Callable[..., Any],
                  for node in fdef.node_def]
   stateful = sorted({name for op_type, name in op_types
                      if _is_stateful_random(op_type)})
+  writes = sorted({name for op_type, name in op_types
+                   if op_type in _VARIABLE_WRITES})
 
   captured = []
   for outer in traced.captured_inputs:
@@ -152,4 +164,5 @@ def probe_step(cell_fn: Callable[..., Any],
       captured=captured,
       variables=list(traced.trainable_variables),
       uses_step_seed=any(seed_used),
-      stateful_random_ops=stateful)
+      stateful_random_ops=stateful,
+      variable_writes=writes)

@@ -199,6 +199,12 @@ def _check_gradient_is_computable(step: probe_lib.StepProbe, cell_grad):
         f"{step.stateful_random_ops[:3]}; the default gradient recomputes each "
         "step and would draw different numbers. Use tf.random.stateless_* ops "
         "seeded with tf_recurrent.step_seed(), or pass a cell_grad.")
+  if cell_grad is None and step.variable_writes:
+    raise ValueError(
+        f"cell_fn assigns to variables {step.variable_writes[:3]}; the default "
+        "gradient recomputes each step and would repeat the assignment and "
+        "see other values. Keep cell_fn free of side effects (draw random "
+        "numbers with tf_recurrent.step_seed()), or pass a cell_grad.")
   if cell_grad is not None and step.variables:
     raise ValueError(
         "cell_fn reads trainable variables "

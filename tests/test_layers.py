@@ -1,0 +1,282 @@
+"""tf_recurrent.RNN / LSTM / GRU against keras.layers.RNN / LSTM / GRU."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_recurrent
+from tf_recurrent import cells
+
+B, T, D, H = 3, 6, 4, 5
+
+
+@keras.saving.register_keras_serializable(package="tests")
+class NestedStateCell(keras.layers.Layer):
+  """A user cell with a nested state and an output unlike its states."""
+
+  def __init__(self, units, **kwargs):
+    super().__init__(**kwargs)
+    self.units = units
+    self.state_size = [units, [units, 2]]
+    self.output_size = 3
+
+  def build(self, input_shape):
+    self.w = self.add_weight(shape=(input_shape[-1], self.units), name="w")
+    self.u = self.add_weight(shape=(self.units, self.units), name="u")
+    self.out = self.add_weight(shape=(self.units, 3), name="out")
+    self.built = True
+
+  def get_initial_state(self, batch_size):
+    return [tf.zeros([batch_size, self.units]),
+            [tf.zeros([batch_size, self.units]), tf.zeros([batch_size, 2])]]
+
+  def call(self, inputs, states):
+    h, (c, n) = states
+    h1 = tf.tanh(tf.matmul(inputs, self.w) + tf.matmul(h, self.u) + c)
+    return tf.matmul(h1, self.out), [h1, [c * 0.5 + h1, n + 1.0]]
+
+  def get_config(self):
+    return {**super().get_config(), "units": self.units}
+
+
+CELLS = {
+    "lstm": lambda **kw: keras.layers.LSTMCell(H, **kw),
+    "gru": lambda **kw: keras.layers.GRUCell(H, **kw),
+    "gru_reset_before": lambda **kw: keras.layers.GRUCell(
+        H, reset_after=False, **kw),
+    "simple": lambda **kw: keras.layers.SimpleRNNCell(H, **kw),
+    "stacked": lambda **kw: keras.layers.StackedRNNCells(
+        [keras.layers.LSTMCell(H, **kw), keras.layers.GRUCell(H + 1, **kw)]),
+    "list": lambda **kw: [keras.layers.SimpleRNNCell(H, **kw),
+                          keras.layers.LSTMCell(H, **kw)],
+    "nested": lambda **kw: NestedStateCell(H),
+}
+
+
+def pair(cell_name, cell_kwargs=None, **layer_kwargs):
+  """A keras.layers.RNN and a tf_recurrent.RNN with the same weights."""
+  cell_kwargs = cell_kwargs or {}
+  ref = keras.layers.RNN(CELLS[cell_name](**cell_kwargs), **layer_kwargs)
+  ours = tf_recurrent.RNN(CELLS[cell_name](**cell_kwargs), **layer_kwargs)
+  return ref, ours
+
+
+def outputs_and_grads(layer, x, mode, **call_kwargs):
+  def run(x):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      out = layer(x, **call_kwargs)
+      loss = sum(tf.reduce_sum(tf.sin(o) * (i + 1.0))
+                 for i, o in enumerate(tf.nest.flatten(out)))
+    return out, tape.gradient(loss, [x] + layer.trainable_weights)
+  if mode == "function":
+    run = tf.function(run)
+  return run(x)
+
+
+def assert_close(a, b, tol=2e-5):
+  for u, v in zip(tf.nest.flatten(a), tf.nest.flatten(b)):
+    np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=tol,
+                               atol=tol)
+
+
+def build_pair(ref, ours, x, **call_kwargs):
+  ref(x, **call_kwargs)
+  ours(x, **call_kwargs)
+  ours.set_weights(ref.get_weights())
+
+
+@pytest.mark.parametrize("cell_name", sorted(CELLS))
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_every_cell_matches_keras(cell_name, mode):
+  x = tf.random.normal([B, T, D], seed=1)
+  ref, ours = pair(cell_name, return_sequences=True, return_state=True)
+  build_pair(ref, ours, x)
+  assert_close(outputs_and_grads(ours, x, mode),
+               outputs_and_grads(ref, x, "eager"))
+
+
+OPTIONS = {
+    "last_output": dict(),
+    "backwards": dict(go_backwards=True, return_sequences=True),
+    "masked": dict(return_sequences=True, return_state=True),
+    "masked_zero_output": dict(return_sequences=True, zero_output_for_mask=True,
+                               return_state=True),
+    "masked_backwards": dict(return_sequences=True, go_backwards=True),
+    "unroll_accepted": dict(unroll=True, return_sequences=True),
+}
+
+
+@pytest.mark.parametrize("cell_name", ["lstm", "gru", "simple", "stacked"])
+@pytest.mark.parametrize("option", sorted(OPTIONS))
+def test_options_match_keras(cell_name, option):
+  x = tf.random.normal([B, T, D], seed=2)
+  ref, ours = pair(cell_name, **OPTIONS[option])
+  call_kwargs = {}
+  if option.startswith("masked"):
+    # The first example starts masked (with a non-zero initial state),
+    # the second has holes, the third is unmasked.
+    call_kwargs["mask"] = tf.constant([[0, 0, 1, 1, 0, 1], [1, 0, 1, 0, 0, 1],
+                                       [1] * 6]) > 0
+    state_size = ref.cell.state_size
+    call_kwargs["initial_state"] = tf.nest.map_structure(
+        lambda s: tf.random.normal([B, s], seed=3),
+        state_size if tf.nest.is_nested(state_size) else [state_size])
+  build_pair(ref, ours, x, **call_kwargs)
+  assert_close(outputs_and_grads(ours, x, "function", **call_kwargs),
+               outputs_and_grads(ref, x, "eager", **call_kwargs))
+
+
+def test_masking_and_embedding_layers_feed_the_mask():
+  tokens = tf.constant([[3, 4, 0, 0, 0, 0], [5, 1, 2, 2, 1, 0]])
+  embed = keras.layers.Embedding(8, D, mask_zero=True)
+  ref, ours = tf_recurrent.LSTM(H, return_sequences=True), keras.layers.LSTM(
+      H, return_sequences=True)
+  x = embed(tokens)
+  ref_out = ref(x, mask=embed.compute_mask(tokens))
+  ours(x)
+  ours.set_weights(ref.get_weights())
+  model = keras.Sequential([embed, ours])
+  np.testing.assert_allclose(model(tokens), ref_out, atol=1e-5)
+  masked_model = keras.Sequential([keras.layers.Masking(0.0), ours])
+  padded = tf.concat([tf.random.normal([2, 3, D]), tf.zeros([2, 3, D])], 1)
+  want = keras.Sequential([keras.layers.Masking(0.0), ref])(padded)
+  np.testing.assert_allclose(masked_model(padded), want, atol=1e-5)
+
+
+@pytest.mark.parametrize("cell_name", ["lstm", "gru", "simple"])
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_dropout_gradients_use_the_forward_masks(cell_name, mode):
+  x = tf.random.normal([B, T, D], seed=4)
+  kwargs = dict(dropout=0.3, recurrent_dropout=0.25, seed=7)
+  ref, ours = pair(cell_name, kwargs, return_sequences=True)
+  build_pair(ref, ours, x)
+  # Fresh seed generators: both layers now draw the same masks.
+  ref.cell.seed_generator.state.assign(ours.cell.seed_generator.state)
+  got = outputs_and_grads(ours, x, mode, training=True)
+  want = outputs_and_grads(ref, x, "eager", training=True)
+  assert_close(got, want)
+  assert not np.allclose(got[0], ours(x, training=False))
+
+
+@pytest.mark.parametrize("layer_name", ["LSTM", "GRU"])
+def test_input_dropout_on_the_fast_path(layer_name):
+  x = tf.random.normal([B, T, D], seed=5)
+  ref = getattr(keras.layers, layer_name)(H, dropout=0.4, seed=3,
+                                          return_sequences=True)
+  ours = getattr(tf_recurrent, layer_name)(H, dropout=0.4, seed=3,
+                                           return_sequences=True)
+  build_pair(ref, ours, x)
+  ours.cell.seed_generator.state.assign(ref.cell.seed_generator.state)
+  assert_close(outputs_and_grads(ours, x, "eager", training=True),
+               outputs_and_grads(ref, x, "eager", training=True))
+
+
+def test_stateful_carries_state_across_calls():
+  x1, x2 = tf.random.normal([B, T, D], seed=6), tf.random.normal([B, T, D],
+                                                                  seed=7)
+  ref = keras.layers.GRU(H, stateful=True)
+  ours = tf_recurrent.GRU(H, stateful=True)
+  build_pair(ref, ours, x1)
+  ref.reset_state()
+  ours.reset_state()
+  for x in (x1, x2):
+    np.testing.assert_allclose(ours(x), ref(x), atol=1e-5)
+  ours.reset_state()
+  ref.reset_state()
+  np.testing.assert_allclose(ours(x2), ref(x2), atol=1e-5)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize("layer", ["LSTM", "GRU", "simple_rnn"])
+def test_model_fit_matches_keras(jit_compile, layer):
+  x = np.random.default_rng(0).normal(size=[8, T, D]).astype(np.float32)
+  y = np.random.default_rng(1).normal(size=[8, 1]).astype(np.float32)
+
+  def model(module):
+    if layer == "simple_rnn":
+      rnn = module.RNN(keras.layers.SimpleRNNCell(H))
+    else:
+      rnn = getattr(module, layer)(H)
+    m = keras.Sequential([keras.Input((T, D)), rnn, keras.layers.Dense(1)])
+    m.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse",
+              jit_compile=jit_compile)
+    return m
+
+  ref, ours = model(keras.layers), model(tf_recurrent)
+  ours.set_weights(ref.get_weights())
+  initial = [w.copy() for w in ours.get_weights()]
+  ref.fit(x, y, batch_size=4, epochs=2, verbose=0, shuffle=False)
+  ours.fit(x, y, batch_size=4, epochs=2, verbose=0, shuffle=False)
+  for a, b in zip(ours.get_weights(), ref.get_weights()):
+    np.testing.assert_allclose(a, b, atol=1e-5)
+  assert all(not np.allclose(a, b) for a, b in zip(ours.get_weights(), initial))
+
+
+@pytest.mark.parametrize("factory", [
+    lambda: tf_recurrent.LSTM(H, return_sequences=True),
+    lambda: tf_recurrent.GRU(H, go_backwards=True),
+    lambda: tf_recurrent.RNN(NestedStateCell(H)),
+    lambda: tf_recurrent.RNN([keras.layers.LSTMCell(H),
+                              keras.layers.GRUCell(H)]),
+], ids=["lstm", "gru", "nested", "list"])
+def test_saves_and_loads_without_custom_objects(tmp_path, factory):
+  x = tf.random.normal([2, T, D], seed=8)
+  model = keras.Sequential([keras.Input((T, D)), factory()])
+  path = str(tmp_path / "model.keras")
+  model.save(path)
+  loaded = keras.saving.load_model(path)
+  assert type(loaded.layers[0]) is type(model.layers[0])
+  np.testing.assert_allclose(loaded(x), model(x), atol=1e-6)
+
+
+@pytest.mark.parametrize("layer_name,cell_kwargs,fast", [
+    ("LSTM", {}, True), ("GRU", {}, True),
+    ("LSTM", {"recurrent_dropout": 0.2}, False),
+    ("GRU", {"reset_after": False}, False)])
+def test_fast_path_picked_automatically(monkeypatch, layer_name, cell_kwargs,
+                                        fast):
+  calls = []
+  grad_name = f"{layer_name.lower()}_grad"
+  original = getattr(cells, grad_name)
+
+  def counting_grad(*args):
+    calls.append(1)
+    return original(*args)
+
+  monkeypatch.setattr(cells, grad_name, counting_grad)
+  layer = getattr(tf_recurrent, layer_name)(H, **cell_kwargs)
+  x = tf.random.normal([B, T, D])
+
+  @tf.function
+  def step(x):
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_sum(layer(x, training=True))
+    return tape.gradient(loss, layer.trainable_weights)
+
+  assert all(g is not None for g in step(x))
+  assert bool(calls) == fast
+
+
+def test_cell_without_state_size():
+  class NoState(keras.layers.Layer):
+    def call(self, x, states):
+      return x, states
+  with pytest.raises(ValueError, match="state_size"):
+    tf_recurrent.RNN(NoState())
+
+
+def test_inputs_of_wrong_rank():
+  with pytest.raises(ValueError, match="ndim|rank"):
+    tf_recurrent.LSTM(H)(tf.ones([B, D]))
+
+
+def test_mask_of_wrong_shape():
+  with pytest.raises(ValueError, match=r"mask shape \(3, 5\) does not match"):
+    tf_recurrent.LSTM(H)(tf.ones([B, T, D]), mask=tf.ones([B, 5], tf.bool))
+
+
+def test_initial_state_of_wrong_structure():
+  with pytest.raises(ValueError, match=r"initial_state must hold 2 tensor\(s\)"):
+    tf_recurrent.LSTM(H)(tf.ones([B, T, D]), initial_state=[tf.zeros([B, H])])
