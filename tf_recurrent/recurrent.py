@@ -406,11 +406,12 @@ def _backward(flat_t, flat_s0, flat_x, captured, variables, acc_state,
     return [next(it) if ok else None for ok in flags]
 
   def body(t, dstate, dtheta, dcaptured, dvars, dinput_handles):
-    state_prev = tf.cond(
-        t > 0,
-        lambda: [accumulators.read_row(a, tf.maximum(t - 1, 0))
-                 for a in acc_state],
-        lambda: list(flat_s0))
+    # A select, not a tf.cond: a cond costs a function call per step in the
+    # TF executor, a select of one row is cheaper.
+    first_step = tf.equal(t, 0)
+    state_prev = [tf.where(first_step, s0,
+                           accumulators.read_row(a, tf.maximum(t - 1, 0)))
+                  for a, s0 in zip(acc_state, flat_s0)]
     for s, s0 in zip(state_prev, flat_s0):
       s.set_shape(s0.shape)
     inputs_t = [accumulators.read_row(x, t) for x in flat_x]
