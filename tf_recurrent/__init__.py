@@ -20,6 +20,9 @@ from tf_recurrent.layers import LSTM
 from tf_recurrent.layers import RNN
 from tf_recurrent.recurrent import Recurrent
 from tf_recurrent.recurrent import recurrent
+from tf_recurrent.serving import StreamingModule
+from tf_recurrent.serving import export as export_saved_model
 
-__all__ = ["recurrent", "Recurrent", "step_seed", "RNN", "LSTM", "GRU"]
+__all__ = ["recurrent", "Recurrent", "step_seed", "RNN", "LSTM", "GRU",
+           "StreamingModule", "export_saved_model"]
 __version__ = "0.1.0"

@@ -1,0 +1,192 @@
+"""SavedModel export: served in a fresh process without tf_recurrent, by the
+CLI, step by step, and fine-tuned after reload."""
+
+import json
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_recurrent
+
+D, H = 3, 4
+SHAPES = [(1, 1), (2, 5), (3, 9)]  # (batch, time) pairs served.
+
+
+class ElmanModule(tf.Module):
+  """A plain tf.Module whose tf.function calls tf_recurrent.recurrent."""
+
+  def __init__(self):
+    super().__init__()
+    self.w = tf.Variable(tf.random.normal([D, H], seed=1))
+    self.u = tf.Variable(tf.random.normal([H, H], seed=2) * 0.3)
+
+  @tf.function(input_signature=[tf.TensorSpec([None, None, D], tf.float32)])
+  def __call__(self, x):
+    def cell(theta, state, x_t):
+      return {"h": tf.tanh(x_t @ theta["w"] + state["h"] @ theta["u"])}, []
+    time_major = tf.transpose(x, [1, 0, 2])
+    acc, _ = tf_recurrent.recurrent(
+        {"w": self.w, "u": self.u}, {"h": tf.zeros([tf.shape(x)[0], H])},
+        time_major, cell)
+    return tf.transpose(acc["h"], [1, 0, 2])
+
+
+def inputs_for(batch, time):
+  return np.random.default_rng(batch * 100 + time).normal(
+      size=[batch, time, D]).astype(np.float32)
+
+
+def keras_model():
+  return keras.Sequential([
+      keras.Input((None, D)),
+      tf_recurrent.LSTM(H, return_sequences=True),
+      tf_recurrent.GRU(H + 1, return_sequences=True),
+      keras.layers.Dense(2),
+  ])
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+  """Exports three ways and records the in-memory answers."""
+  root = tmp_path_factory.mktemp("exports")
+  module = ElmanModule()
+  tf.saved_model.save(
+      module, str(root / "module"),
+      options=tf.saved_model.SaveOptions(experimental_custom_gradients=True))
+  model = keras_model()
+  model.export(str(root / "keras"))
+  tf_recurrent.export_saved_model(model, str(root / "streaming"))
+  expected = {}
+  for batch, time in SHAPES:
+    x = tf.constant(inputs_for(batch, time))
+    with tf.GradientTape() as tape:
+      y = module(x)
+      loss = tf.reduce_sum(y * y)
+    grads = tape.gradient(loss, [module.w, module.u])
+    expected[f"{batch}x{time}"] = {
+        "module": module(x).numpy().tolist(),
+        "module_grads": [g.numpy().tolist() for g in grads],
+        "keras": model(x).numpy().tolist(),
+    }
+  (root / "expected.json").write_text(json.dumps(expected))
+  return root
+
+
+def run_fresh(script, root):
+  """Runs `script` in a new Python that must not import tf_recurrent."""
+  code = textwrap.dedent(script) + textwrap.dedent("""
+      import sys
+      assert "tf_recurrent" not in sys.modules, "tf_recurrent was imported"
+      print("FRESH_OK")
+  """)
+  proc = subprocess.run([sys.executable, "-c", code, str(root)],
+                        capture_output=True, text=True, timeout=300,
+                        cwd="/", check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "FRESH_OK" in proc.stdout
+  return proc.stdout
+
+
+def test_fresh_process_serves_and_fine_tunes(exported):
+  out = run_fresh("""
+      import json, pathlib, sys
+      import numpy as np
+      import tensorflow as tf
+      root = pathlib.Path(sys.argv[1])
+      expected = json.loads((root / "expected.json").read_text())
+      module = tf.saved_model.load(str(root / "module"))
+      keras_export = tf.saved_model.load(str(root / "keras"))
+      streaming = tf.saved_model.load(str(root / "streaming"))
+      serve = streaming.signatures["serving_default"]
+      for key, want in expected.items():
+        batch, time = map(int, key.split("x"))
+        x = np.random.default_rng(batch * 100 + time).normal(
+            size=[batch, time, 3]).astype(np.float32)
+        x = tf.constant(x)
+        np.testing.assert_allclose(module(x), want["module"], atol=1e-5)
+        with tf.GradientTape() as tape:
+          y = module(x)
+          loss = tf.reduce_sum(y * y)
+        grads = tape.gradient(loss, [module.w, module.u])
+        for g, w in zip(grads, want["module_grads"]):
+          np.testing.assert_allclose(g, w, atol=1e-4)
+        np.testing.assert_allclose(keras_export.serve(x), want["keras"],
+                                   atol=1e-5)
+        np.testing.assert_allclose(serve(inputs=x)["output"], want["keras"],
+                                   atol=1e-5)
+        # Token by token from the zero state reproduces the whole sequence.
+        state = streaming.signatures["initial_state"](
+            batch_size=tf.constant(batch))
+        for t in range(time):
+          out = streaming.signatures["step"](inputs=x[:, t], **state)
+          state = {k: v for k, v in out.items() if k.startswith("state_")}
+          np.testing.assert_allclose(out["output"], np.asarray(want["keras"])[:, t],
+                                     atol=1e-5)
+      # A fine-tuning step on the reloaded module moves its weights.
+      before = module.w.numpy().copy()
+      opt = tf.keras.optimizers.SGD(0.1)
+      with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(module(x) ** 2)
+      opt.apply_gradients(zip(tape.gradient(loss, [module.w]), [module.w]))
+      assert not np.allclose(before, module.w.numpy())
+      # Bad input: the signature's own error, not a crash.
+      for bad in (tf.ones([2, 5, 4]), tf.ones([2, 3]), tf.ones([2, 5, 3], tf.int32)):
+        try:
+          serve(inputs=bad)
+        except (TypeError, ValueError, tf.errors.InvalidArgumentError) as e:
+          message = str(e)
+          assert any(word in message for word in ("shape", "dtype", "expected")), message
+          print("REJECTED", type(e).__name__, message.splitlines()[0][:160])
+        else:
+          raise AssertionError(f"accepted {bad.shape} {bad.dtype}")
+  """, exported)
+  assert out.count("REJECTED") == 3, out
+
+
+def cli(*args):
+  proc = subprocess.run(
+      [sys.executable, "-m", "tensorflow.python.tools.saved_model_cli", *args],
+      capture_output=True, text=True, timeout=300, check=False)
+  return proc
+
+
+def test_saved_model_cli_show_and_run(exported):
+  directory = str(exported / "streaming")
+  show = cli("show", "--dir", directory, "--all")
+  assert show.returncode == 0, show.stderr[-2000:]
+  for name in ("serving_default", "initial_state", "step"):
+    assert f"signature_def['{name}']" in show.stdout
+  good, wrong = exported / "good.npy", exported / "wrong.npy"
+  np.save(good, inputs_for(2, 5))
+  np.save(wrong, np.ones([2, 5, 7], np.float32))
+  run = cli("run", "--dir", directory, "--tag_set", "serve", "--signature_def",
+            "serving_default", "--inputs", f"inputs={good}")
+  assert run.returncode == 0, run.stderr[-2000:]
+  assert "Result for output key output" in run.stdout, run.stdout[-2000:]
+  bad = cli("run", "--dir", directory, "--tag_set", "serve", "--signature_def",
+            "serving_default", "--inputs", f"inputs={wrong}")
+  assert bad.returncode > 0  # an error exit, not a signal
+  assert "Cannot feed value of shape (2, 5, 7)" in bad.stderr, bad.stderr[-2000:]
+
+
+def test_export_example_prints_a_working_cli_command(tmp_path):
+  directory = tmp_path / "adding"
+  proc = subprocess.run(
+      [sys.executable, "-m", "tpu_examples.export_saved_model",
+       f"--export_dir={directory}", "--train_steps=3", "--export_seq_len=8"],
+      capture_output=True, text=True, timeout=300, check=False,
+      cwd=pathlib.Path(__file__).parent.parent)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  command = [line.strip() for line in proc.stdout.splitlines()
+             if line.strip().startswith("saved_model_cli run")]
+  assert len(command) == 1, proc.stdout
+  args = command[0].split()[1:]
+  run = cli(*args)
+  assert run.returncode == 0, run.stderr[-2000:]
+  assert "Result for output key output" in run.stdout
