@@ -1,0 +1,309 @@
+r"""LSTM training-step time and memory per time step, side by side in one run.
+
+Every implementation computes the same LSTM (Keras gate order, tanh/sigmoid)
+and one full training step: forward over T steps, a loss over every step's
+output, and the gradients of all weights. Reported:
+
+* time: best of several repetitions after a warm-up, in microseconds per time
+  step, with ratios to keras.layers.LSTM in the same mode;
+* memory: the peak RSS of one training step at two lengths, each in its own
+  subprocess; the slope between them is the memory each extra time step
+  costs (start-up and compile costs cancel), also as a multiple of the
+  state's own bytes per step (h and c: 2 * B * H * 4 bytes).
+
+Usage:
+
+    python -m benchmarks.bench_lstm                      # full run (~40 min)
+    python -m benchmarks.bench_lstm --lengths=20 --batch=2 --input=4 \
+        --hidden=8 --memory_hidden=8 --memory_lengths=20,40 --out_dir=/tmp/b
+
+Writes RESULTS.md, results.json and results.png into --out_dir.
+"""
+
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, List, Optional
+
+from absl import app
+from absl import flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("lengths", ["100", "250", "1000", "2000"], "Sequence lengths.")
+flags.DEFINE_integer("batch", 32, "Batch size B.")
+flags.DEFINE_integer("input", 128, "Input features D.")
+flags.DEFINE_integer("hidden", 256, "LSTM units H for the time benchmark.")
+flags.DEFINE_integer("memory_hidden", 512, "LSTM units H for memory.")
+flags.DEFINE_list("memory_lengths", ["250", "1250"], "Two lengths for memory.")
+flags.DEFINE_integer("repeats", 3, "Timed repetitions (best is kept).")
+flags.DEFINE_float("skip_after", 60.0,
+                   "Skip longer lengths of an implementation once one step "
+                   "takes longer than this many seconds.")
+flags.DEFINE_list("only", [], "Run only these implementations.")
+flags.DEFINE_string("out_dir", os.path.dirname(os.path.abspath(__file__)),
+                    "Where to write the results.")
+flags.DEFINE_string("memory_child", "", "Internal: measure one case and exit.")
+
+KERAS_LSTM = "keras.layers.LSTM"
+TF_IMPLS = ["tf_recurrent.recurrent (default cell_grad)",
+            "tf_recurrent.RNN(LSTMCell)", "tf_recurrent.LSTM", KERAS_LSTM,
+            "tf.scan", "tf.while_loop + TensorArray"]
+JAX_IMPLS = ["jax lax.scan", "jax lax.scan + checkpoint"]
+FLOOR = "compute floor (3 matmuls, XLA)"
+
+
+def _tf_step(name: str, T: int, B: int, D: int, H: int, jit: bool):
+  """Returns a zero-argument callable running one TF training step."""
+  import keras  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tf_recurrent  # pylint: disable=g-import-not-at-top
+
+  rng = tf.random.Generator.from_seed(0)
+  x = rng.normal([B, T, D])
+  kernel = tf.Variable(rng.normal([D, 4 * H]) * 0.05)
+  recurrent_kernel = tf.Variable(rng.normal([H, 4 * H]) * 0.05)
+  bias = tf.Variable(tf.zeros([4 * H]))
+  weights = [kernel, recurrent_kernel, bias]
+
+  def cell(h, c, x_t):
+    z = tf.matmul(x_t, kernel) + tf.matmul(h, recurrent_kernel) + bias
+    i, f, g, o = tf.split(z, 4, axis=-1)
+    c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
+    return tf.sigmoid(o) * tf.tanh(c), c
+
+  zeros = tf.zeros([B, H])
+  time_major = tf.transpose(x, [1, 0, 2])
+
+  if name.startswith("tf_recurrent.recurrent"):
+    def cell_fn(theta, state, x_t):
+      del theta  # The weights are read as captured variables.
+      h, c = cell(state["h"], state["c"], x_t)
+      return {"h": h, "c": c}, []
+
+    def outputs():
+      acc, _ = tf_recurrent.recurrent({}, {"h": zeros, "c": zeros},
+                                      time_major, cell_fn)
+      return acc["h"]
+  elif name in ("tf_recurrent.RNN(LSTMCell)", "tf_recurrent.LSTM", KERAS_LSTM):
+    if name == "tf_recurrent.RNN(LSTMCell)":
+      layer = tf_recurrent.RNN(keras.layers.LSTMCell(H), return_sequences=True)
+    elif name == "tf_recurrent.LSTM":
+      layer = tf_recurrent.LSTM(H, return_sequences=True)
+    else:
+      layer = keras.layers.LSTM(H, return_sequences=True, use_cudnn=False)
+    layer.build((B, T, D))
+    weights = layer.trainable_weights
+
+    def outputs():
+      return layer(x)
+  elif name == "tf.scan":
+    def outputs():
+      hs, _ = tf.scan(lambda s, x_t: cell(s[0], s[1], x_t), time_major,
+                      initializer=(zeros, zeros))
+      return hs
+  elif name == "tf.while_loop + TensorArray":
+    def outputs():
+      def body(t, h, c, ta):
+        h, c = cell(h, c, time_major[t])
+        return t + 1, h, c, ta.write(t, h)
+      _, _, _, ta = tf.while_loop(
+          lambda t, *_: t < T, body,
+          (0, zeros, zeros, tf.TensorArray(tf.float32, size=T)),
+          maximum_iterations=T)
+      return ta.stack()
+  else:
+    raise ValueError(name)
+
+  @tf.function(jit_compile=jit)
+  def step():
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_mean(tf.square(outputs()))
+    return tape.gradient(loss, weights)
+
+  return lambda: [g.numpy() for g in step()]
+
+
+def _jax_step(name: str, T: int, B: int, D: int, H: int):
+  """One jitted JAX training step (lax.scan, optionally checkpointed)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+  key = jax.random.PRNGKey(0)
+  k1, k2, k3 = jax.random.split(key, 3)
+  params = (jax.random.normal(k1, (D, 4 * H)) * 0.05,
+            jax.random.normal(k2, (H, 4 * H)) * 0.05, jnp.zeros(4 * H))
+  x = jax.random.normal(k3, (T, B, D))
+
+  def cell(params, carry, x_t):
+    kernel, recurrent_kernel, bias = params
+    h, c = carry
+    z = x_t @ kernel + h @ recurrent_kernel + bias
+    i, f, g, o = jnp.split(z, 4, axis=-1)
+    c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+    h = jax.nn.sigmoid(o) * jnp.tanh(c)
+    return (h, c), h
+
+  if name.endswith("checkpoint"):
+    cell = jax.checkpoint(cell)
+
+  def loss(params):
+    zeros = jnp.zeros((B, H))
+    _, hs = jax.lax.scan(lambda carry, x_t: cell(params, carry, x_t),
+                         (zeros, zeros), x)
+    return jnp.mean(jnp.square(hs))
+
+  grad = jax.jit(jax.grad(loss))
+  return lambda: [g.block_until_ready() for g in grad(params)]
+
+
+def _floor_step(T: int, B: int, H: int):
+  """The recurrent matmuls of a training step, batched over T, under XLA."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  rng = tf.random.Generator.from_seed(0)
+  h = rng.normal([T * B, H])
+  dz = rng.normal([T * B, 4 * H])
+  kernel = rng.normal([H, 4 * H])
+
+  @tf.function(jit_compile=True)
+  def step():
+    z = tf.matmul(h, kernel)
+    dkernel = tf.matmul(h, dz, transpose_a=True)
+    dh = tf.matmul(dz, kernel, transpose_b=True)
+    return z[0, 0] + dkernel[0, 0] + dh[0, 0]
+
+  return lambda: step().numpy()
+
+
+def build_step(name: str, T: int, B: int, D: int, H: int,
+               jit: bool) -> Callable[[], object]:
+  if name in JAX_IMPLS:
+    return _jax_step(name, T, B, D, H)
+  if name == FLOOR:
+    return _floor_step(T, B, H)
+  return _tf_step(name, T, B, D, H, jit)
+
+
+def cases() -> List[tuple]:
+  """(implementation, jit) pairs to run; JAX only when installed."""
+  out = [(name, jit) for name in TF_IMPLS for jit in (False, True)]
+  try:
+    import jax  # pylint: disable=g-import-not-at-top,unused-import
+    out += [(name, True) for name in JAX_IMPLS]
+  except ImportError:
+    print("jax is not installed (pip install -e '.[bench]'): JAX rows skipped")
+  out.append((FLOOR, True))
+  if FLAGS.only:
+    out = [c for c in out if c[0] in FLAGS.only]
+  return out
+
+
+def time_case(name: str, jit: bool, lengths: List[int]) -> Dict[int, Optional[float]]:
+  """Microseconds per time step for each length (None where skipped)."""
+  result = {}
+  too_slow = False
+  for T in lengths:
+    if too_slow:
+      result[T] = None
+      continue
+    step = build_step(name, T, FLAGS.batch, FLAGS.input, FLAGS.hidden, jit)
+    step()  # Trace, compile and warm up.
+    best = float("inf")
+    for _ in range(FLAGS.repeats):
+      start = time.perf_counter()
+      step()
+      best = min(best, time.perf_counter() - start)
+    result[T] = best / T * 1e6
+    too_slow = best > FLAGS.skip_after
+    print(f"  {name:45s} {'xla' if jit else 'tf ':3s} T={T:5d} "
+          f"{result[T]:9.1f} us/step", flush=True)
+  return result
+
+
+def memory_child(spec: str) -> None:
+  """Runs one training step and prints the process's peak RSS in bytes."""
+  name, jit, T = spec.rsplit("|", 2)
+  step = build_step(name, int(T), FLAGS.batch, FLAGS.input,
+                    FLAGS.memory_hidden, jit == "1")
+  step()
+  peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+  print(f"PEAK_RSS {peak_kb * 1024}")
+
+
+def measure_memory(name: str, jit: bool) -> Optional[float]:
+  """Bytes per extra time step between the two memory lengths."""
+  peaks = []
+  lengths = [int(t) for t in FLAGS.memory_lengths]
+  for T in lengths:
+    args = [sys.executable, "-m", "benchmarks.bench_lstm",
+            f"--memory_child={name}|{int(jit)}|{T}",
+            f"--batch={FLAGS.batch}", f"--input={FLAGS.input}",
+            f"--memory_hidden={FLAGS.memory_hidden}"]
+    proc = subprocess.run(args, capture_output=True, text=True, check=False,
+                          cwd=os.path.dirname(os.path.dirname(
+                              os.path.abspath(__file__))))
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("PEAK_RSS")]
+    if proc.returncode != 0 or not lines:
+      print(f"  memory {name} failed: {proc.stderr[-500:]}")
+      return None
+    peaks.append(int(lines[0].split()[1]))
+  return (peaks[1] - peaks[0]) / (lengths[1] - lengths[0])
+
+
+def environment() -> Dict[str, str]:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  cpu = platform.processor() or platform.machine()
+  try:
+    with open("/proc/cpuinfo") as f:
+      names = [l.split(":", 1)[1].strip() for l in f if l.startswith("model name")]
+    cpu = f"{names[0]} x{len(names)}" if names else cpu
+  except OSError:
+    pass
+  env = {"tensorflow": tf.__version__, "cpu": cpu,
+         "python": platform.python_version()}
+  try:
+    import jax  # pylint: disable=g-import-not-at-top
+    env["jax"] = jax.__version__
+  except ImportError:
+    pass
+  return env
+
+
+def main(argv):
+  del argv
+  if FLAGS.memory_child:
+    memory_child(FLAGS.memory_child)
+    return
+  lengths = [int(t) for t in FLAGS.lengths]
+  results = {"environment": environment(), "lengths": lengths,
+             "shape": {"B": FLAGS.batch, "D": FLAGS.input, "H": FLAGS.hidden,
+                       "memory_H": FLAGS.memory_hidden,
+                       "memory_lengths": [int(t) for t in FLAGS.memory_lengths]},
+             "rows": []}
+  print(f"time per step: B={FLAGS.batch} D={FLAGS.input} H={FLAGS.hidden}")
+  for name, jit in cases():
+    results["rows"].append({"name": name, "xla": jit,
+                            "us_per_step": time_case(name, jit, lengths)})
+  state_bytes = 2 * FLAGS.batch * FLAGS.memory_hidden * 4
+  print(f"memory per step: H={FLAGS.memory_hidden}, state {state_bytes} B/step")
+  for row in results["rows"]:
+    if row["name"] == FLOOR:
+      continue
+    slope = measure_memory(row["name"], row["xla"])
+    row["memory_bytes_per_step"] = slope
+    row["memory_vs_state"] = None if slope is None else slope / state_bytes
+    print(f"  {row['name']:45s} {'xla' if row['xla'] else 'tf ':3s} "
+          f"{'failed' if slope is None else f'{slope / state_bytes:6.2f}x state'}",
+          flush=True)
+  os.makedirs(FLAGS.out_dir, exist_ok=True)
+  with open(os.path.join(FLAGS.out_dir, "results.json"), "w") as f:
+    json.dump(results, f, indent=1)
+  from benchmarks import report  # pylint: disable=g-import-not-at-top
+  report.write(results, FLAGS.out_dir)
+
+
+if __name__ == "__main__":
+  app.run(main)
