@@ -47,6 +47,10 @@ flags.DEFINE_list("only", [], "Run only these implementations.")
 flags.DEFINE_string("out_dir", os.path.dirname(os.path.abspath(__file__)),
                     "Where to write the results.")
 flags.DEFINE_string("memory_child", "", "Internal: measure one case and exit.")
+flags.DEFINE_bool("merge", False,
+                  "Keep the timings of results.json in --out_dir for the "
+                  "cases not named by --only; re-time those named, and "
+                  "re-measure memory for all.")
 
 KERAS_LSTM = "keras.layers.LSTM"
 TF_IMPLS = ["tf_recurrent.recurrent (default cell_grad)",
@@ -229,12 +233,24 @@ def memory_child(spec: str) -> None:
   step = build_step(name, int(T), FLAGS.batch, FLAGS.input,
                     FLAGS.memory_hidden, jit == "1")
   step()
-  peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-  print(f"PEAK_RSS {peak_kb * 1024}")
+  print(f"PEAK_RSS {peak_rss_bytes()}")
 
 
-def measure_memory(name: str, jit: bool) -> Optional[float]:
-  """Bytes per extra time step between the two memory lengths."""
+def peak_rss_bytes() -> int:
+  """This process's peak resident set size.
+
+  VmHWM, not getrusage's ru_maxrss: on Linux ru_maxrss survives exec, so a
+  child started by a large parent reports the parent's size.
+  """
+  with open("/proc/self/status") as f:
+    for line in f:
+      if line.startswith("VmHWM:"):
+        return int(line.split()[1]) * 1024
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def measure_memory(name: str, jit: bool) -> Optional[tuple]:
+  """(bytes per extra time step, [peak at each memory length])."""
   peaks = []
   lengths = [int(t) for t in FLAGS.memory_lengths]
   for T in lengths:
@@ -250,7 +266,7 @@ def measure_memory(name: str, jit: bool) -> Optional[float]:
       print(f"  memory {name} failed: {proc.stderr[-500:]}")
       return None
     peaks.append(int(lines[0].split()[1]))
-  return (peaks[1] - peaks[0]) / (lengths[1] - lengths[0])
+  return (peaks[1] - peaks[0]) / (lengths[1] - lengths[0]), peaks
 
 
 def environment() -> Dict[str, str]:
@@ -284,16 +300,27 @@ def main(argv):
                        "memory_lengths": [int(t) for t in FLAGS.memory_lengths]},
              "rows": []}
   print(f"time per step: B={FLAGS.batch} D={FLAGS.input} H={FLAGS.hidden}")
+  previous = {}
+  if FLAGS.merge:
+    with open(os.path.join(FLAGS.out_dir, "results.json")) as f:
+      previous = {(r["name"], r["xla"]): r for r in json.load(f)["rows"]}
+  only, FLAGS.only = FLAGS.only, [] if FLAGS.merge else FLAGS.only
   for name, jit in cases():
-    results["rows"].append({"name": name, "xla": jit,
-                            "us_per_step": time_case(name, jit, lengths)})
+    if FLAGS.merge and name not in only and (name, jit) in previous:
+      times = {int(t): v for t, v in
+               previous[(name, jit)]["us_per_step"].items()}
+    else:
+      times = time_case(name, jit, lengths)
+    results["rows"].append({"name": name, "xla": jit, "us_per_step": times})
   state_bytes = 2 * FLAGS.batch * FLAGS.memory_hidden * 4
   print(f"memory per step: H={FLAGS.memory_hidden}, state {state_bytes} B/step")
   for row in results["rows"]:
     if row["name"] == FLOOR:
       continue
     slope = measure_memory(row["name"], row["xla"])
-    row["memory_bytes_per_step"] = slope
+    row["memory_bytes_per_step"] = slope[0] if slope else None
+    row["peak_rss_bytes"] = slope[1] if slope else None
+    slope = slope[0] if slope else None
     row["memory_vs_state"] = None if slope is None else slope / state_bytes
     print(f"  {row['name']:45s} {'xla' if row['xla'] else 'tf ':3s} "
           f"{'failed' if slope is None else f'{slope / state_bytes:6.2f}x state'}",

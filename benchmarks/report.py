@@ -158,6 +158,8 @@ def write(results: dict, out_dir: str) -> None:
       "over every step, gradients of all weights) after a warm-up, divided "
       "by T, in microseconds.",
       "",
+      results.get("note", ""),
+      "",
       "![results](results.png)",
       "",
       "## Without XLA (TF executor)", ""] + time_table(results, False) + [
