@@ -434,3 +434,36 @@ def test_no_intermediates_are_kept_for_the_backward_pass():
   # add an accumulator per intermediate.
   list_outputs = [t for t in forward.outputs if t.dtype == tf.variant]
   assert len(list_outputs) == 1
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_extras_with_unknown_batch_and_length(jit):
+  """A custom cell_grad's extras accumulate with shapes known only at run
+  time, down to zero steps."""
+  theta, _, _ = elman_args(1)
+  spec = tf.TensorSpec([None, None, 4], tf.float64)
+
+  @tf.function(input_signature=[spec], jit_compile=jit)
+  def run(x):
+    state0 = {"h": tf.zeros([tf.shape(x)[1], 5], tf.float64)}
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      acc, final = tf_recurrent.recurrent(theta, state0, x, elman_cell,
+                                          elman_grad)
+      loss = tf.reduce_sum(acc["h"] ** 2) + tf.reduce_sum(final["h"])
+    return acc["h"], tape.gradient(loss, x)
+
+  shapes = [(4, 2), (7, 3)] if jit else [(4, 2), (7, 3), (0, 2)]
+  for seq_len, batch in shapes:
+    x = tf.constant(np.random.default_rng(seq_len).normal(
+        size=[seq_len, batch, 4]))
+    acc, dx = run(x)
+    state0 = {"h": tf.zeros([batch, 5], tf.float64)}
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      want_acc, want_final = static_unroll(theta, state0, x, elman_cell)
+      loss = tf.reduce_sum(want_acc["h"] ** 2) + tf.reduce_sum(want_final["h"])
+    np.testing.assert_allclose(acc, want_acc["h"], atol=1e-10)
+    want_dx = tape.gradient(loss, x)
+    np.testing.assert_allclose(dx, np.zeros_like(x) if want_dx is None
+                               else want_dx, atol=1e-10)

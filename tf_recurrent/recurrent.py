@@ -373,12 +373,15 @@ def _extras_templates(extras_spec, call_cell, pack, flat_t, flat_s0, flat_x):
 
   Statically known shapes need no computation. Otherwise (an unknown batch
   size, say) one step of cell_fn runs on inputs[0] to learn the shapes at run
-  time, as the tf.contrib op always did.
+  time, as the tf.contrib op always did (XLA, knowing the shapes when it
+  compiles, drops that step's arithmetic; the TF executor computes it).
   """
   flat_spec = tf.nest.flatten(extras_spec)
   if all(spec.shape.is_fully_defined() for spec in flat_spec):
     return [tf.zeros(spec.shape, spec.dtype) for spec in flat_spec]
-  inputs_0 = [accumulators.read_row(x, 0) for x in flat_x]
+  # The first row, or a row of zeros when T is 0 at run time.
+  inputs_0 = [tf.pad(x[:1], [[0, 1 - tf.shape(x[:1])[0]]] +
+                     [[0, 0]] * (x.shape.rank - 1))[0] for x in flat_x]
   _, step_extras = call_cell(*pack(flat_t, flat_s0, inputs_0), 0)
   return step_extras
 
