@@ -15,8 +15,6 @@ who runs the loop:
 used: it is deprecated and aliases the caller's tensor when run eagerly.
 """
 
-from typing import Optional
-
 import tensorflow as tf
 
 try:  # The one place XLA's tracing context is visible from Python.
@@ -111,10 +109,3 @@ class RowAccumulator:
 def read_row(tensor: tf.Tensor, index) -> tf.Tensor:
   """`tensor[index]` along the leading axis, copying only that row."""
   return tf.gather(tensor, index)
-
-
-def static_num_rows(tensor: tf.Tensor) -> Optional[int]:
-  """The static size of the leading axis, or None when unknown."""
-  if tensor.shape.rank is None or tensor.shape.rank == 0:
-    return None
-  return tensor.shape[0]

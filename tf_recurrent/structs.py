@@ -8,7 +8,7 @@ sentence that names the argument and the leaf path (`state0['h']`,
 """
 
 import collections.abc
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, List
 
 import tensorflow as tf
 
@@ -188,17 +188,3 @@ def check_leaves_match(expected: Any, actual: Any, expected_name: str,
       raise ValueError(
           f"{actual_name}: the leaf at {path} has shape "
           f"{tf.TensorShape(got.shape)}, expected {tf.TensorShape(want.shape)}.")
-
-
-def zeros_for_none(grads: Sequence[Optional[tf.Tensor]],
-                   like: Sequence[tf.Tensor]) -> List[tf.Tensor]:
-  """Replaces each None gradient by zeros shaped like its primal."""
-  return [
-      tf.zeros_like(x) if g is None else tf.convert_to_tensor(g)
-      for g, x in zip(grads, like)
-  ]
-
-
-def map_flat(fn: Callable[..., Any], *flat_lists: Sequence[Any]) -> List[Any]:
-  """`[fn(*items) for items in zip(*flat_lists)]`, for flat tensor lists."""
-  return [fn(*items) for items in zip(*flat_lists)]
