@@ -29,27 +29,43 @@ def mode(request):
   return request.param
 
 
-def static_unroll(theta, state0, inputs, cell_fn, num_steps=None):
-  """The reference: a Python loop over steps, differentiable by autodiff."""
+def static_unroll(theta, state0, inputs, cell_fn, num_steps=None,
+                  sequence_length=None, stop_fn=None):
+  """The reference: a Python loop over steps, differentiable by autodiff.
+
+  Runs eagerly (stop_fn's result is read as a Python bool). Past its
+  sequence_length an example carries its state and writes zero rows; rows
+  from num_steps or the stop on are zeros.
+  """
   flat_inputs = tf.nest.flatten(inputs)
   total = int(flat_inputs[0].shape[0])
   num_steps = total if num_steps is None else num_steps
   state = state0
   rows = []
   for t in range(num_steps):
+    if stop_fn is not None and bool(stop_fn(tf.constant(t), theta, state)):
+      break
     x_t = tf.nest.map_structure(lambda x, t=t: x[t], inputs)
-    state, _ = cell_fn(theta, state, x_t)
-    state = tf.nest.pack_sequence_as(state0, tf.nest.flatten(state))
-    rows.append(state)
+    new, _ = cell_fn(theta, state, x_t)
+    new = tf.nest.pack_sequence_as(state0, tf.nest.flatten(new))
+    if sequence_length is None:
+      state, row = new, new
+    else:
+      running = np.asarray(sequence_length) > t
+      def pick(a, b, running=running):
+        mask = tf.reshape(tf.constant(running), [-1] + [1] * (a.shape.rank - 1))
+        return tf.where(mask, a, b)
+      row = tf.nest.map_structure(lambda n: pick(n, tf.zeros_like(n)), new)
+      state = tf.nest.map_structure(pick, new, state)
+    rows.append(row)
+
   def stack(s0, *leaves):
-    pad = [tf.zeros_like(s0)] * (total - num_steps)
-    return tf.stack(list(leaves) + pad) if leaves or pad else tf.zeros(
-        [0] + s0.shape.as_list(), s0.dtype)
-  acc = tf.nest.map_structure(stack, state0, *rows) if rows else (
-      tf.nest.map_structure(lambda s: tf.stack([tf.zeros_like(s)] * total)
-                            if total else tf.zeros([0] + s.shape.as_list(),
-                                                   s.dtype), state0))
-  return acc, state
+    pad = [tf.zeros_like(s0)] * (total - len(leaves))
+    if not leaves and not pad:
+      return tf.zeros([0] + s0.shape.as_list(), s0.dtype)
+    return tf.stack(list(leaves) + pad)
+
+  return tf.nest.map_structure(stack, state0, *rows), state
 
 
 def loss_weights(structure, seed):

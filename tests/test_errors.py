@@ -160,3 +160,73 @@ def test_variable_assignment_rejected_under_default_gradient():
 
   with pytest.raises(ValueError, match="assigns to variables"):
     tf_recurrent.recurrent({}, STATE, INPUTS, counting)
+
+
+# The loop options. Batch of 2 (state [2]), T=3: inputs [3, 2].
+
+@pytest.mark.parametrize("lengths,message", [
+    ([[1, 2]], r"sequence_length must be a \[batch\] vector of integers"),
+    ([1.0, 2.0], r"sequence_length must be a \[batch\] vector of integers"),
+    ([1, 2, 3], r"sequence_length has 3 entries but state0\['h'\] has batch "
+                r"size 2"),
+    ([-1, 2], r"sequence_length must be >= 0; got \[-1, 2\]"),
+    ([1, 4], r"sequence_length must be <= T=3; got \[1, 4\]"),
+])
+def test_bad_sequence_length(lengths, message):
+  with pytest.raises(ValueError, match=message):
+    tf_recurrent.recurrent({}, STATE, INPUTS, cell, sequence_length=lengths)
+
+
+def test_sequence_length_needs_a_batch_axis_on_inputs():
+  with pytest.raises(ValueError, match=r"With sequence_length, inputs\['x0'\] "
+                     r"must have shape \[T, batch, ...\]"):
+    tf_recurrent.recurrent({}, STATE, {"x": INPUTS, "x0": tf.ones([3])},
+                           lambda t, s, x: cell(t, s, x["x"]),
+                           sequence_length=[1, 2])
+
+
+def test_sequence_length_checked_at_run_time():
+  @tf.function(input_signature=[tf.TensorSpec([2], tf.int32)])
+  def run(lengths):
+    return tf_recurrent.recurrent({}, STATE, INPUTS, cell,
+                                  sequence_length=lengths)[1]
+
+  run(tf.constant([3, 0]))
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="sequence_length exceeds T, the number of steps "
+                     "of the inputs"):
+    run(tf.constant([4, 0]))
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="sequence_length must be >= 0"):
+    run(tf.constant([-1, 0]))
+
+
+@pytest.mark.parametrize("every", [0, -2, 1.5, "log", True])
+def test_bad_checkpoint_every(every):
+  with pytest.raises(ValueError, match=r"checkpoint_every must be None, an "
+                     r"int >= 1 or \"sqrt\"; got"):
+    tf_recurrent.recurrent({}, STATE, INPUTS, cell, checkpoint_every=every)
+
+
+@pytest.mark.parametrize("result,message", [
+    (lambda s: s["h"] > 0, r"stop_fn must return a scalar bool .* got "
+                           r"bool\[2\]"),
+    (lambda s: tf.reduce_sum(s["h"]), r"stop_fn must return a scalar bool .*"
+                                      r"got float32\[\]"),
+    (lambda s: "yes", r"stop_fn must return a scalar bool"),
+])
+def test_bad_stop_fn(result, message):
+  with pytest.raises(ValueError, match=message):
+    tf_recurrent.recurrent({}, STATE, INPUTS, cell,
+                           stop_fn=lambda t, theta, s: result(s))
+
+
+def test_non_callable_stop_fn():
+  with pytest.raises(TypeError, match="stop_fn must be callable or None"):
+    tf_recurrent.recurrent({}, STATE, INPUTS, cell, stop_fn=True)
+
+
+def test_batch_major_needs_rank_two():
+  with pytest.raises(ValueError, match=r"With time_major=False, inputs must "
+                     r"have shape \[batch, T, ...\]"):
+    tf_recurrent.recurrent({}, STATE, tf.ones([3]), cell, time_major=False)

@@ -1,5 +1,6 @@
-"""Property test: random nested structures, lengths and cells, against the
-static unroll, values and gradients in float64."""
+"""Property test: random nested structures, lengths, per-example lengths,
+checkpoint segments and cells, against the static unroll, values and
+gradients in float64."""
 
 import collections
 
@@ -42,10 +43,15 @@ def structures(draw, leaf_count):
     seq_len=st.integers(0, 6),
     length_cut=st.integers(0, 6),
     use_length=st.booleans(),
+    example_lengths=st.lists(st.integers(0, 6), min_size=BATCH,
+                             max_size=BATCH) | st.none(),
+    checkpoint_every=st.sampled_from([None, 1, 2, 3, "sqrt"]),
+    accumulate_state=st.booleans(),
     nonlinearity=st.sampled_from(["tanh", "sin", "square"]),
     seed=st.integers(0, 2**16))
 def test_matches_static_unroll(state_struct, input_struct, seq_len, length_cut,
-                               use_length, nonlinearity, seed):
+                               use_length, example_lengths, checkpoint_every,
+                               accumulate_state, nonlinearity, seed):
   rng = np.random.default_rng(seed)
   dim = 3
   num_state = len(tf.nest.flatten(state_struct))
@@ -68,17 +74,25 @@ def test_matches_static_unroll(state_struct, input_struct, seq_len, length_cut,
     return tf.nest.pack_sequence_as(state, new), []
 
   num_steps = min(length_cut, seq_len) if use_length else None
+  if example_lengths is not None:
+    example_lengths = [min(n, seq_len) for n in example_lengths]
 
   def run(op):
     with tf.GradientTape() as tape:
       tape.watch([theta, state0, inputs])
       acc, final = op()
-      loss = sum(tf.reduce_sum(tf.sin(a)) for a in tf.nest.flatten(acc)) + sum(
+      rows = tf.nest.flatten(acc) if accumulate_state else []
+      loss = sum(tf.reduce_sum(tf.sin(a)) for a in rows) + sum(
           tf.reduce_sum(f * f) for f in tf.nest.flatten(final))
-    return acc, final, tape.gradient(loss, [theta, state0, inputs])
+    return (acc if accumulate_state else None), final, tape.gradient(
+        loss, [theta, state0, inputs])
 
   got = run(lambda: tf_recurrent.recurrent(
-      theta, state0, inputs, cell, max_input_length=num_steps))
-  want = run(lambda: static_unroll(theta, state0, inputs, cell, num_steps))
-  tf.nest.assert_same_structure(got[0], state0)
+      theta, state0, inputs, cell, max_input_length=num_steps,
+      sequence_length=example_lengths, checkpoint_every=checkpoint_every,
+      accumulate_state=accumulate_state))
+  want = run(lambda: static_unroll(theta, state0, inputs, cell, num_steps,
+                                   sequence_length=example_lengths))
+  if accumulate_state:
+    tf.nest.assert_same_structure(got[0], state0)
   assert_all_close(got, want, tol=1e-9)

@@ -14,6 +14,7 @@ Example:
 TensorShape([5, 2, 4])
 """
 
+from tf_recurrent.bidirectional import bidirectional
 from tf_recurrent.cell_grad import step_seed
 from tf_recurrent.layers import GRU
 from tf_recurrent.layers import LSTM
@@ -23,6 +24,6 @@ from tf_recurrent.recurrent import recurrent
 from tf_recurrent.serving import StreamingModule
 from tf_recurrent.serving import export as export_saved_model
 
-__all__ = ["recurrent", "Recurrent", "step_seed", "RNN", "LSTM", "GRU",
+__all__ = ["recurrent", "Recurrent", "bidirectional", "step_seed", "RNN", "LSTM", "GRU",
            "StreamingModule", "export_saved_model"]
 __version__ = "0.1.0"

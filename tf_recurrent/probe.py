@@ -99,10 +99,24 @@ def _check_grad_output(output: Any, theta: Any, state0: Any, inputs_t: Any):
                                allow_none=True)
 
 
+def _check_stop_output(output: Any):
+  """Validates `stop_fn`'s return value: one bool."""
+  try:
+    output = tf.convert_to_tensor(output)
+  except (TypeError, ValueError) as e:
+    raise ValueError(
+        f"stop_fn must return a scalar bool; got {output!r}.") from e
+  if output.dtype != tf.bool or output.shape.rank != 0:
+    raise ValueError(
+        "stop_fn must return a scalar bool (reduce a per-example condition "
+        f"with tf.reduce_all); got {structs.describe(output)}.")
+
+
 def probe_step(cell_fn: Callable[..., Any],
                cell_grad: Optional[Callable[..., Any]], theta: Any,
-               state0: Any, inputs: Any, extras: Optional[Any]) -> StepProbe:
-  """Traces one step of `cell_fn` (and `cell_grad`) into a scratch graph.
+               state0: Any, inputs: Any, extras: Optional[Any],
+               stop_fn: Optional[Callable[..., Any]] = None) -> StepProbe:
+  """Traces one step of `cell_fn` (and `cell_grad`, `stop_fn`) up front.
 
   Args:
     cell_fn: The user's step function.
@@ -111,13 +125,15 @@ def probe_step(cell_fn: Callable[..., Any],
     state0: Structure of tensors.
     inputs: Structure of time-major tensors `[T, ...]`.
     extras: The `extras` argument (structure of tensors) or None.
+    stop_fn: The user's early-stop predicate, or None.
 
   Returns:
     A `StepProbe`.
 
   Raises:
     ValueError: If `cell_fn` or `cell_grad` return values unlike the
-      arguments they mirror, naming the leaf at fault.
+      arguments they mirror, naming the leaf at fault, or `stop_fn` returns
+      anything but a scalar bool.
   """
   specs = tf.nest.map_structure(_spec, (theta, state0))
   input_specs = tf.nest.map_structure(
@@ -125,6 +141,8 @@ def probe_step(cell_fn: Callable[..., Any],
   seed_used = []
 
   def one_step(theta_, state0_, inputs_t):
+    if stop_fn is not None:
+      _check_stop_output(stop_fn(tf.constant(0), theta_, state0_))
     with cell_grad_lib.seeded_step(lambda: tf.zeros([2], tf.int32), 0) as frame:
       state1, step_extras = _check_cell_output(
           cell_fn(theta_, state0_, inputs_t), state0_, extras)

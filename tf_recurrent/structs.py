@@ -188,3 +188,30 @@ def check_leaves_match(expected: Any, actual: Any, expected_name: str,
       raise ValueError(
           f"{actual_name}: the leaf at {path} has shape "
           f"{tf.TensorShape(got.shape)}, expected {tf.TensorShape(want.shape)}.")
+
+
+def swap_batch_and_time(struct: Any, name: str) -> Any:
+  """Transposes every leaf `[B, T, ...]` <-> `[T, B, ...]`.
+
+  Args:
+    struct: A nested structure of tensors of rank >= 2.
+    name: The argument's name, for the error message.
+
+  Returns:
+    The structure with the two leading axes of every leaf swapped.
+
+  Raises:
+    ValueError: If a leaf has rank < 2, naming it.
+  """
+  def swap(path, x):
+    if x.shape.rank is not None and x.shape.rank < 2:
+      raise ValueError(
+          f"With time_major=False, {path} must have shape [batch, T, ...]; "
+          f"got {describe(x)}.")
+    perm = tf.concat([[1, 0], tf.range(2, tf.rank(x))], 0)
+    return tf.transpose(x, perm)
+
+  flat = tf.nest.flatten(struct)
+  return tf.nest.pack_sequence_as(
+      struct, [swap(p, x) for p, x in zip(leaf_paths(struct, name),
+                                         flat)])

@@ -1,0 +1,201 @@
+"""The op's loop options against the static unroll, values and gradients:
+sequence_length, checkpoint_every / accumulate_state, stop_fn, time_major,
+and reduced-precision states."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_recurrent
+from conftest import (assert_all_close, in_mode, loss_weights, static_unroll,
+                      weighted_sum)
+from test_recurrent import elman_args, elman_cell, elman_grad
+
+SEQ_LEN = 6
+GRADS = {"autodiff": None, "hand_written": elman_grad}
+
+
+def loss_and_grads(run_op, theta, state0, inputs, weights):
+  """Loss over acc (when returned) and final state, and its gradients."""
+  with tf.GradientTape() as tape:
+    tape.watch([theta, state0, inputs])
+    acc, final = run_op(theta, state0, inputs)
+    loss = weighted_sum(final, weights[1])
+    if acc is not None:
+      loss += weighted_sum(acc, weights[0])
+  return acc, final, tape.gradient(loss, [theta, state0, inputs])
+
+
+def check_against_unroll(mode, op_kwargs, ref_kwargs, seq_len=SEQ_LEN,
+                         grad=None, tol=1e-9):
+  theta, state0, inputs = elman_args(seq_len)
+  weights = (loss_weights({"h": tf.zeros([seq_len, 3, 5])}, 1),
+             loss_weights(state0, 2))
+
+  def op(t, s, x):
+    return tf_recurrent.recurrent(t, s, x, elman_cell, cell_grad=grad,
+                                  **op_kwargs)
+
+  def ref(t, s, x):
+    acc, final = static_unroll(t, s, x, elman_cell, **ref_kwargs)
+    return (acc if op_kwargs.get("accumulate_state", True) else None), final
+
+  got = in_mode(mode, lambda *a: loss_and_grads(op, *a, weights))(
+      theta, state0, inputs)
+  want = loss_and_grads(ref, theta, state0, inputs, weights)
+  assert_all_close(got, want, tol=tol)
+  return got
+
+
+@pytest.mark.parametrize("grad", GRADS)
+@pytest.mark.parametrize("lengths", [[3, 0, 6], [2, 4, 1]])
+def test_sequence_length(mode, grad, lengths):
+  acc, _, (_, _, dinputs) = check_against_unroll(
+      mode, {"sequence_length": tf.constant(lengths)},
+      {"sequence_length": lengths}, grad=GRADS[grad])
+  acc, dinputs = np.asarray(acc["h"]), np.asarray(dinputs)
+  for b, n in enumerate(lengths):
+    assert np.all(acc[n:, b] == 0) and np.all(dinputs[n:, b] == 0)
+    assert np.all(acc[:n, b] != 0)
+
+
+@pytest.mark.parametrize("grad", GRADS)
+@pytest.mark.parametrize("every,accumulate", [
+    (1, False), (2, False), (4, False), ("sqrt", False), (2, True)])
+def test_checkpoint_every_matches_unroll(mode, grad, every, accumulate):
+  check_against_unroll(
+      mode, {"checkpoint_every": every, "accumulate_state": accumulate},
+      {}, seq_len=7, grad=GRADS[grad])
+
+
+@pytest.mark.parametrize("grad", GRADS)
+def test_checkpoints_with_lengths_max_length_and_stop(mode, grad):
+  def stop(t, theta, state):
+    del theta, state
+    return t >= 5
+
+  check_against_unroll(
+      mode, {"checkpoint_every": 2, "accumulate_state": False,
+             "sequence_length": [4, 1, 6], "max_input_length": 6,
+             "stop_fn": stop},
+      {"sequence_length": [4, 1, 6], "num_steps": 6, "stop_fn": stop},
+      seq_len=7, grad=GRADS[grad])
+
+
+@pytest.mark.parametrize("grad", GRADS)
+def test_stop_fn_on_the_state(mode, grad):
+  def stop(t, theta, state):
+    del t, theta
+    return tf.reduce_mean(state["h"]) > 0.0
+
+  acc, _, _ = check_against_unroll(mode, {"stop_fn": stop}, {"stop_fn": stop},
+                                   grad=GRADS[grad])
+  ran = np.any(np.asarray(acc["h"]) != 0, axis=(1, 2))
+  # The elman_args draw stops part way: some steps ran, the rest are zeros.
+  assert 0 < ran.sum() < SEQ_LEN
+  assert np.all(ran[:ran.sum()])
+
+
+def test_stop_before_the_first_step(mode):
+  acc, final, (dtheta, dstate0, dinputs) = check_against_unroll(
+      mode, {"stop_fn": lambda t, th, s: tf.constant(True)},
+      {"stop_fn": lambda t, th, s: tf.constant(True)})
+  assert np.all(np.asarray(acc["h"]) == 0)
+  assert np.all(np.asarray(dinputs) == 0)
+
+
+def test_batch_major(mode):
+  theta, state0, inputs = elman_args(SEQ_LEN)
+  batch_major = tf.transpose(inputs, [1, 0, 2])
+
+  def run(t, s, x):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      acc, final = tf_recurrent.recurrent(t, s, x, elman_cell,
+                                          time_major=False,
+                                          sequence_length=[6, 2, 4])
+      loss = tf.reduce_sum(tf.sin(acc["h"])) + tf.reduce_sum(final["h"])
+    return acc, final, tape.gradient(loss, x)
+
+  def ref(t, s, x):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      acc, final = static_unroll(t, s, x, elman_cell,
+                                 sequence_length=[6, 2, 4])
+      loss = tf.reduce_sum(tf.sin(acc["h"])) + tf.reduce_sum(final["h"])
+    return acc, final, tape.gradient(loss, x)
+
+  acc, final, dx = in_mode(mode, run)(theta, state0, batch_major)
+  want_acc, want_final, want_dx = ref(theta, state0, inputs)
+  assert acc["h"].shape == [3, SEQ_LEN, 5]
+  assert_all_close((tf.transpose(acc["h"], [1, 0, 2]), final,
+                    tf.transpose(dx, [1, 0, 2])),
+                   (want_acc["h"], want_final, want_dx), tol=1e-9)
+
+
+def test_numerical_gradients_with_lengths_and_checkpoints():
+  theta, state0, inputs = elman_args(5, batch=2, dim_in=2, dim_h=3)
+
+  def loss(w, h0, x):
+    _, final = tf_recurrent.recurrent(
+        {"w": w, "u": theta["u"], "b": theta["b"]}, {"h": h0}, x, elman_cell,
+        sequence_length=[3, 5], checkpoint_every=2, accumulate_state=False)
+    return tf.reduce_sum(tf.sin(final["h"]))
+
+  theoretical, numerical = tf.test.compute_gradient(
+      loss, [theta["w"], state0["h"], inputs], delta=1e-6)
+  for a, n in zip(theoretical, numerical):
+    np.testing.assert_allclose(a, n, rtol=1e-6, atol=1e-6)
+
+
+def test_sqrt_segments_run_in_one_extra_forward_pass():
+  """Counting cell calls at run time: forward T, recompute T, backward T."""
+  theta, state0, inputs = elman_args(16)
+  calls = tf.Variable(0, trainable=False)
+
+  def cell(theta, state, x):
+    with tf.control_dependencies([calls.assign_add(1)]):
+      return elman_cell(theta, {"h": tf.identity(state["h"])}, x)
+
+  # The variable write is why a custom gradient is passed here.
+  with tf.GradientTape() as tape:
+    tape.watch(inputs)
+    _, final = tf_recurrent.recurrent(theta, state0, inputs, cell, elman_grad,
+                                      checkpoint_every="sqrt",
+                                      accumulate_state=False)
+  after_forward = int(calls.numpy())
+  tape.gradient(final["h"], inputs)
+  assert after_forward == 16
+  # Each segment of 4 is recomputed once; the hand-written gradient then
+  # reads the recomputed extras, so no further calls.
+  assert int(calls.numpy()) == 32
+
+
+@pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])
+def test_reduced_precision_states(mode, dtype):
+  theta, state0, inputs = elman_args(SEQ_LEN, dtype=tf.float32)
+
+  def cast_cell(theta, state, x):
+    # The mixed-precision pattern: float32 weights, computed in `dtype`.
+    theta = tf.nest.map_structure(lambda w: tf.cast(w, x.dtype), theta)
+    return elman_cell(theta, state, x)
+
+  def run(s, x):
+    with tf.GradientTape() as tape:
+      tape.watch([theta, s, x])
+      acc, final = tf_recurrent.recurrent(theta, s, x, cast_cell,
+                                          sequence_length=[6, 3, 5])
+      loss = tf.reduce_sum(tf.cast(acc["h"], tf.float32) ** 2)
+    return acc, final, tape.gradient(loss, [theta, s, x])
+
+  low = in_mode(mode, run)(tf.nest.map_structure(lambda v: tf.cast(v, dtype),
+                                                 state0),
+                           tf.cast(inputs, dtype))
+  full = in_mode(mode, run)(state0, inputs)
+  acc, _, (dtheta, dstate0, dinputs) = low
+  assert acc["h"].dtype == dtype and dinputs.dtype == dtype
+  assert all(g.dtype == tf.float32 for g in tf.nest.flatten(dtheta))
+  tol = 0.1 if dtype == tf.bfloat16 else 0.02
+  for a, b in zip(tf.nest.flatten(low), tf.nest.flatten(full)):
+    np.testing.assert_allclose(np.asarray(tf.cast(a, tf.float32)),
+                               np.asarray(b), rtol=tol, atol=tol)

@@ -1,0 +1,501 @@
+"""The forward loop, the reverse loop, and the custom gradient joining them.
+
+`build` adds both loops for one call of `tf_recurrent.recurrent` to the
+current graph. What the reverse loop reads the state entering step t from
+depends on what the forward loop kept:
+
+* `rows`: the returned accumulator (or, when only the final state is asked
+  for, an internal one of the carried states): one row per step.
+* `checkpoints`: every k-th state. The reverse loop walks the segments of k
+  steps last to first, recomputes each segment's states from its checkpoint,
+  then backprops through it: about T/k + k states held instead of T, for one
+  extra forward pass.
+
+Per-example `sequence_length` and an early `stop_fn` act inside one step
+(`_Program.step` and `_Program.grad_step`), so every variant shares them.
+"""
+
+import dataclasses
+import math
+from typing import Any, Callable, List, Optional, Union
+
+import tensorflow as tf
+
+from tf_recurrent import accumulators
+from tf_recurrent import cell_grad as cell_grad_lib
+from tf_recurrent import lengths as lengths_lib
+from tf_recurrent import probe as probe_lib
+from tf_recurrent import structs
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """The static choices of one call (hashable: part of the eager cache key).
+
+  Attributes:
+    use_tpu: Build for XLA whatever the tracing context says.
+    accumulate_state: Return every step's state, not just the final one.
+    checkpoint_every: None, a segment length k >= 1, or "sqrt".
+  """
+  use_tpu: bool = False
+  accumulate_state: bool = True
+  checkpoint_every: Union[None, int, str] = None
+
+
+def segment_length(checkpoint_every, total_steps):
+  """k for `checkpoint_every` (an int, or "sqrt" of T, static when T is)."""
+  if checkpoint_every != "sqrt":
+    return checkpoint_every
+  static_total = tf.get_static_value(total_steps)
+  if static_total is not None:
+    return max(1, math.isqrt(max(int(static_total) - 1, 0)) + 1)
+  root = tf.math.ceil(tf.sqrt(tf.cast(total_steps, tf.float32)))
+  return tf.maximum(tf.cast(root, tf.int32), 1)
+
+
+def build(theta, state0, inputs, cell_fn, cell_grad, stop_fn,
+          step: probe_lib.StepProbe, options: Options, max_input_length,
+          sequence_length, seed):
+  """Builds both loops in the current graph.
+
+  Returns:
+    `(acc_state, final_state)`; `acc_state` is None unless
+    `options.accumulate_state`.
+  """
+  use_xla = bool(options.use_tpu) or accumulators.in_xla_context()
+  program = _Program(theta, state0, inputs, cell_fn, cell_grad, stop_fn,
+                     step, use_xla, sequence_length, seed)
+  flat_theta = tf.nest.flatten(theta)
+  flat_state0 = tf.nest.flatten(state0)
+  flat_inputs = tf.nest.flatten(inputs)
+  captured = list(step.captured)
+  n_theta, n_state = len(flat_theta), len(flat_state0)
+  n_inputs = len(flat_inputs)
+  total_steps = tf.shape(flat_inputs[0], out_type=tf.int32)[0]
+  limit = _step_limit(total_steps, flat_inputs, max_input_length,
+                      program.lengths, use_xla)
+
+  k = options.checkpoint_every
+  if k == 1 or (k is not None and options.accumulate_state):
+    # Rows are kept anyway; checkpoints would hold nothing less.
+    checkpoints = False
+  else:
+    checkpoints = k is not None
+  k = segment_length(k, total_steps) if checkpoints else None
+  # With the states returned but checkpointing asked for, a custom
+  # cell_grad's extras are recomputed per step instead of kept.
+  recompute_extras = options.checkpoint_every is not None
+  keep_extras = program.has_extras and not recompute_extras
+
+  @tf.custom_gradient
+  def forward(*args):
+    flat_t = list(args[:n_theta])
+    flat_s0 = list(args[n_theta:n_theta + n_state])
+    flat_x = list(args[n_theta + n_state:n_theta + n_state + n_inputs])
+    sinks = []
+    row_accs = {}
+
+    def add_sink(name, template, num_rows, index_fn, value_fn):
+      acc = accumulators.RowAccumulator(template, num_rows, use_xla)
+      row_accs[name] = acc
+      sinks.append((acc, lambda h, t, s_in, out: acc.write(
+          h, index_fn(t), value_fn(s_in, out))))
+
+    for i, s in enumerate(flat_s0):
+      if options.accumulate_state:
+        add_sink(("acc", i), s, total_steps, lambda t: t,
+                 lambda s_in, out, i=i: out.row[i])
+      elif not checkpoints:
+        add_sink(("rows", i), s, total_steps, lambda t: t,
+                 lambda s_in, out, i=i: out.carry[i])
+      else:
+        # Row t // k holds the state entering step t when t % k == 0; other
+        # steps write the spare last row.
+        num_segments = (total_steps + k - 1) // k
+        add_sink(("checkpoints", i), s, num_segments + 1,
+                 lambda t: tf.where(t % k == 0, t // k, num_segments),
+                 lambda s_in, out, i=i: s_in[i])
+    if keep_extras and not checkpoints:
+      for i, e in enumerate(program.extras_templates(flat_t, flat_s0, flat_x)):
+        add_sink(("extras", i), e, total_steps, lambda t: t,
+                 lambda s_in, out, i=i: out.extras[i])
+
+    n_run, final, handles = program.run_forward(
+        flat_t, flat_x, 0, limit, flat_s0, sinks, with_stop=True)
+    kept = {name: acc.stack(h) for (name, acc), h in
+            zip(row_accs.items(), handles)}
+    acc_state = [kept[("acc", i)] for i in range(n_state)
+                 ] if options.accumulate_state else []
+
+    def grad_fn(*dys, variables=None):
+      d_acc = list(dys[:len(acc_state)]) or [None] * n_state
+      d_final = list(dys[len(acc_state):])
+      carry = program.initial_grad_carry(flat_t, flat_s0, flat_x, d_final,
+                                         variables)
+      if checkpoints:
+        ckpts = [kept[("checkpoints", i)] for i in range(n_state)]
+        carry = program.reverse_segments(flat_t, flat_x, n_run, k, ckpts,
+                                         carry)
+      else:
+        if options.accumulate_state:
+          rows, rows_zeroed = acc_state, True
+        else:
+          rows, rows_zeroed = [kept[("rows", i)] for i in range(n_state)
+                               ], False
+        extras = ([kept[("extras", i)] for i in range(len(
+            tf.nest.flatten(step.extras)))] if keep_extras else None)
+        carry = program.reverse_rows(flat_t, flat_s0, flat_x, n_run, rows,
+                                     rows_zeroed, final, extras, d_acc, carry)
+      return program.finish_grads(carry)
+
+    return acc_state + list(final), grad_fn
+
+  outs = forward(*(flat_theta + flat_state0 + flat_inputs + captured))
+  n_acc = n_state if options.accumulate_state else 0
+  acc_state = (tf.nest.pack_sequence_as(state0, outs[:n_acc])
+               if options.accumulate_state else None)
+  final_state = tf.nest.pack_sequence_as(state0, outs[n_acc:])
+  return acc_state, final_state
+
+
+def _step_limit(total_steps, flat_inputs, max_input_length, lengths,
+                use_xla):
+  """How many steps at most run: T, max_input_length, the longest length."""
+  limit = total_steps
+  check_at_run_time = not use_xla
+  if max_input_length is not None:
+    limit = tf.cast(max_input_length, tf.int32)
+    if check_at_run_time and tf.get_static_value(max_input_length) is None:
+      tf.debugging.assert_less_equal(
+          limit, total_steps,
+          message="max_input_length exceeds the inputs' number of steps T")
+      tf.debugging.assert_non_negative(
+          limit, message="max_input_length must be >= 0")
+    limit = tf.clip_by_value(limit, 0, total_steps)
+  if lengths is not None:
+    if check_at_run_time and tf.get_static_value(lengths) is None:
+      lengths_lib.assert_in_range(lengths, total_steps)
+    limit = tf.minimum(limit, tf.reduce_max(
+        tf.concat([lengths, [0]], 0)))
+  if len(flat_inputs) > 1 and check_at_run_time:
+    for x in flat_inputs[1:]:
+      tf.debugging.assert_equal(
+          tf.shape(x, out_type=tf.int32)[0], total_steps,
+          message="inputs disagree on the number of steps T")
+  return limit
+
+
+@dataclasses.dataclass
+class _StepOut:
+  """What one forward step yields: the carried state, the row, the extras."""
+  carry: List[tf.Tensor]
+  row: List[tf.Tensor]
+  extras: List[tf.Tensor]
+
+
+@dataclasses.dataclass
+class _GradCarry:
+  """The reverse loop's running sums (differentiable leaves only)."""
+  dstate: List[tf.Tensor]
+  dtheta: List[tf.Tensor]
+  dcaptured: List[tf.Tensor]
+  dvars: List[tf.Tensor]
+  dinput_handles: List[tf.Tensor]
+
+  def as_list(self):
+    return [self.dstate, self.dtheta, self.dcaptured, self.dvars,
+            self.dinput_handles]
+
+
+class _Program:
+  """One call's step, per-step gradient, and loops over a range of steps."""
+
+  def __init__(self, theta, state0, inputs, cell_fn, cell_grad, stop_fn,
+               step, use_xla, lengths, seed):
+    self.theta, self.state0, self.inputs = theta, state0, inputs
+    self.cell_fn, self.cell_grad, self.stop_fn = cell_fn, cell_grad, stop_fn
+    self.extras_spec = step.extras
+    self.captured = list(step.captured)
+    self.use_xla = use_xla
+    self.lengths = lengths
+    self.has_extras = cell_grad is not None
+    source = seed_source(seed)
+    base_seed = source() if step.uses_step_seed else None
+    self.seed_source = (lambda: base_seed) if base_seed is not None else (
+        source)
+    flat = [tf.nest.flatten(s) for s in (theta, state0, inputs)]
+    self.diff_theta, self.diff_state, self.diff_inputs = (
+        [structs.is_differentiable(x.dtype) for x in f] for f in flat)
+    self.input_accs = []
+    self.variables = []
+
+  # The forward step.
+
+  def pack(self, flat_t, flat_s, flat_x):
+    return (tf.nest.pack_sequence_as(self.theta, flat_t),
+            tf.nest.pack_sequence_as(self.state0, flat_s),
+            tf.nest.pack_sequence_as(self.inputs, flat_x))
+
+  def call_cell(self, flat_t, flat_s, flat_x_t, t):
+    """`cell_fn` on flat lists; returns flat (state1, extras)."""
+    with cell_grad_lib.seeded_step(self.seed_source, t):
+      state1, extras = self.cell_fn(*self.pack(flat_t, flat_s, flat_x_t))
+    state1 = tf.nest.flatten(state1)
+    for new, old in zip(state1, flat_s):
+      new.set_shape(old.shape)
+    return state1, tf.nest.flatten(extras)
+
+  def step(self, flat_t, flat_x, t, state) -> _StepOut:
+    """Step t: examples past their length carry their state, write zeros."""
+    inputs_t = [accumulators.read_row(x, t) for x in flat_x]
+    state1, extras = self.call_cell(flat_t, state, inputs_t, t)
+    if self.lengths is None:
+      return _StepOut(state1, state1, extras)
+    running = lengths_lib.step_mask(self.lengths, t)
+    return _StepOut(
+        [lengths_lib.select(running, new, old)
+         for new, old in zip(state1, state)],
+        [lengths_lib.zero_where_done(running, new) for new in state1],
+        extras)
+
+  def extras_templates(self, flat_t, flat_s0, flat_x):
+    """One tensor per extras leaf, shaped like a step's extras.
+
+    Statically known shapes need no computation. Otherwise (an unknown batch
+    size, say) one step of cell_fn runs on inputs[0] to learn the shapes at
+    run time, as the tf.contrib op always did (XLA, knowing the shapes when it
+    compiles, drops that step's arithmetic; the TF executor computes it).
+    """
+    flat_spec = tf.nest.flatten(self.extras_spec)
+    if all(spec.shape.is_fully_defined() for spec in flat_spec):
+      return [tf.zeros(spec.shape, spec.dtype) for spec in flat_spec]
+    # The first row, or a row of zeros when T is 0 at run time.
+    inputs_0 = [tf.pad(x[:1], [[0, 1 - tf.shape(x[:1])[0]]] +
+                       [[0, 0]] * (x.shape.rank - 1))[0] for x in flat_x]
+    return self.call_cell(flat_t, flat_s0, inputs_0, 0)[1]
+
+  def run_forward(self, flat_t, flat_x, start, stop, state, sinks,
+                  with_stop):
+    """Runs steps [start, stop) (or until `stop_fn`), writing every sink.
+
+    Args:
+      sinks: `(RowAccumulator, write(handle, t, state_in, step_out))` pairs.
+      with_stop: Whether `stop_fn` may end the loop early.
+
+    Returns:
+      `(t_end, state, handles)`: the first step not run, the state entering
+      it, and the sinks' accumulators.
+    """
+    def cond(t, state, handles):
+      del handles
+      running = t < stop
+      if with_stop and self.stop_fn is not None:
+        theta_, state_, _ = self.pack(flat_t, state, flat_x)
+        stop_now = tf.reshape(self.stop_fn(t, theta_, state_), [])
+        running = tf.logical_and(running, tf.logical_not(stop_now))
+      return running
+
+    def body(t, state, handles):
+      out = self.step(flat_t, flat_x, t, state)
+      handles = [write(h, t, state, out)
+                 for (_, write), h in zip(sinks, handles)]
+      return t + 1, out.carry, handles
+
+    return tf.while_loop(
+        cond, body,
+        (tf.convert_to_tensor(start, tf.int32), list(state),
+         [acc.empty() for acc, _ in sinks]),
+        parallel_iterations=1)
+
+  # The per-step gradient.
+
+  def initial_grad_carry(self, flat_t, flat_s0, flat_x, d_final, variables):
+    self.variables = list(variables or [])
+    self.input_accs = [accumulators.RowAccumulator.like_rows_of(x, self.use_xla)
+                       for x, ok in zip(flat_x, self.diff_inputs) if ok]
+    return _GradCarry(
+        dstate=[tf.cast(d, s.dtype) if d is not None else tf.zeros_like(s)
+                for d, s, ok in zip(d_final, flat_s0, self.diff_state) if ok],
+        dtheta=[tf.zeros_like(x) for x, ok in zip(flat_t, self.diff_theta)
+                if ok],
+        dcaptured=[tf.zeros_like(c) for c in self.captured],
+        dvars=[tf.zeros_like(v.read_value()) for v in self.variables],
+        dinput_handles=[acc.empty() for acc in self.input_accs])
+
+  def grad_step(self, flat_t, flat_x, t, state_prev, extras_t, d_row,
+                carry: _GradCarry) -> _GradCarry:
+    """Backprops step t, given the state entering it and d(row t)."""
+    inputs_t = [accumulators.read_row(x, t) for x in flat_x]
+    dstate1 = _scatter(self.diff_state, carry.dstate)
+    dstate1 = [d if (d is None or r is None) else d + tf.cast(r, d.dtype)
+               for d, r in zip(dstate1, d_row)]
+    running = None
+    dcell = dstate1
+    if self.lengths is not None:
+      running = lengths_lib.step_mask(self.lengths, t)
+      dcell = [None if d is None else lengths_lib.zero_where_done(running, d)
+               for d in dstate1]
+    theta_, s_prev, x_t = self.pack(flat_t, state_prev, inputs_t)
+    with cell_grad_lib.seeded_step(self.seed_source, t):
+      if self.cell_grad is None:
+        g_theta, g_state, g_inputs, g_captured, g_vars = (
+            cell_grad_lib.recompute_grad(self.cell_fn, theta_, s_prev, x_t,
+                                         dcell, self.captured, self.variables))
+      else:
+        if extras_t is None:  # Recomputed rather than kept.
+          extras_t = self.call_cell(flat_t, state_prev, inputs_t, t)[1]
+        extras_t = tf.nest.pack_sequence_as(self.extras_spec, extras_t)
+        dcell_struct = tf.nest.pack_sequence_as(
+            self.state0, [tf.zeros_like(s) if d is None else d
+                          for d, s in zip(dcell, state_prev)])
+        out = self.cell_grad(theta_, s_prev, x_t, extras_t, dcell_struct)
+        g_theta, g_state, g_inputs = (tf.nest.flatten(o) for o in out)
+        g_captured, g_vars = [], []
+    g_theta = _dense(g_theta, flat_t, self.diff_theta)
+    g_state = _dense(g_state, state_prev, self.diff_state)
+    g_inputs = _dense(g_inputs, inputs_t, self.diff_inputs)
+    if running is not None:
+      # Finished examples pass their state gradient straight through.
+      g_state = [lengths_lib.select(running, g, d)
+                 for g, d in zip(g_state, carry.dstate)]
+      g_inputs = [lengths_lib.zero_where_done(running, g) for g in g_inputs]
+    return _GradCarry(
+        dstate=g_state,
+        dtheta=[a + g for a, g in zip(carry.dtheta, g_theta)],
+        dcaptured=[a + _to_dense(g, c) for a, g, c in
+                   zip(carry.dcaptured, g_captured, self.captured)],
+        dvars=[a + _to_dense(g, a) for a, g in zip(carry.dvars, g_vars)],
+        dinput_handles=[acc.write(h, t, g) for acc, h, g in
+                        zip(self.input_accs, carry.dinput_handles, g_inputs)])
+
+  def run_reverse(self, flat_t, flat_x, start, stop, carry, state_prev_fn,
+                  extras_fn, d_rows):
+    """Backprops steps stop-1 down to start."""
+    def body(t, *parts):
+      carry = _GradCarry(*parts)
+      d_row = [None if d is None else accumulators.read_row(d, t)
+               for d in d_rows]
+      state_prev = state_prev_fn(t)
+      for s, s0 in zip(state_prev, tf.nest.flatten(self.state0)):
+        s.set_shape(s0.shape)
+      carry = self.grad_step(flat_t, flat_x, t, state_prev, extras_fn(t),
+                             d_row, carry)
+      return [t - 1] + carry.as_list()
+
+    out = tf.while_loop(lambda t, *_: t >= start, body,
+                        [stop - 1] + carry.as_list(), parallel_iterations=1)
+    return _GradCarry(*out[1:])
+
+  def reverse_rows(self, flat_t, flat_s0, flat_x, n_run, rows, rows_zeroed,
+                   final, extras, d_acc, carry):
+    """The reverse loop over all steps, reading states from kept rows."""
+    def state_prev_fn(t):
+      # A select, not a tf.cond: a cond costs a function call per step in
+      # the TF executor, a select of one row is cheaper.
+      prev = [tf.where(tf.equal(t, 0), s0,
+                       accumulators.read_row(r, tf.maximum(t - 1, 0)))
+              for r, s0 in zip(rows, flat_s0)]
+      if rows_zeroed and self.lengths is not None:
+        # A finished example's row is zeros; its state is its final state.
+        ran = lengths_lib.step_mask(self.lengths, t - 1)
+        prev = [tf.where(tf.equal(t, 0), s0, lengths_lib.select(ran, p, f))
+                for p, f, s0 in zip(prev, final, flat_s0)]
+      return prev
+
+    def extras_fn(t):
+      if extras is None:
+        return None
+      return [accumulators.read_row(e, t) for e in extras]
+
+    d_rows = [d if d is not None and ok else None
+              for d, ok in zip(d_acc, self.diff_state)]
+    return self.run_reverse(flat_t, flat_x, 0, n_run, carry, state_prev_fn,
+                            extras_fn, d_rows)
+
+  def reverse_segments(self, flat_t, flat_x, n_run, k, checkpoints, carry):
+    """The reverse loop by segments of k steps, each recomputed first."""
+    num_segments = (n_run + k - 1) // k
+
+    def body(j, *parts):
+      start = j * k
+      stop = tf.minimum(start + k, n_run)
+      ckpt = [accumulators.read_row(c, j) for c in checkpoints]
+      sinks = []
+      for s in ckpt:
+        acc = accumulators.RowAccumulator(s, k, self.use_xla)
+        sinks.append((acc, lambda h, t, s_in, out, acc=acc, i=len(sinks):
+                      acc.write(h, t - start, out.carry[i])))
+      n_state = len(sinks)
+      if self.has_extras:
+        for e in self.extras_templates(flat_t, ckpt, flat_x):
+          acc = accumulators.RowAccumulator(e, k, self.use_xla)
+          sinks.append((acc, lambda h, t, s_in, out, acc=acc,
+                        i=len(sinks) - n_state:
+                        acc.write(h, t - start, out.extras[i])))
+      _, _, handles = self.run_forward(flat_t, flat_x, start, stop, ckpt,
+                                       sinks, with_stop=False)
+      seg = [acc.stack(h) for (acc, _), h in zip(sinks, handles)]
+      seg_states, seg_extras = seg[:n_state], seg[n_state:]
+
+      def state_prev_fn(t):
+        return [tf.where(tf.equal(t, start), c,
+                         accumulators.read_row(r, tf.maximum(t - start - 1, 0)))
+                for r, c in zip(seg_states, ckpt)]
+
+      def extras_fn(t):
+        if not self.has_extras:
+          return None
+        return [accumulators.read_row(e, t - start) for e in seg_extras]
+
+      out = self.run_reverse(flat_t, flat_x, start, stop, _GradCarry(*parts),
+                             state_prev_fn, extras_fn,
+                             [None] * len(self.diff_state))
+      return [j - 1] + out.as_list()
+
+    out = tf.while_loop(lambda j, *_: j >= 0, body,
+                        [num_segments - 1] + carry.as_list(),
+                        parallel_iterations=1)
+    return _GradCarry(*out[1:])
+
+  def finish_grads(self, carry: _GradCarry):
+    """The custom gradient's `(input_grads, variable_grads)`."""
+    dinputs = [acc.stack(h) for acc, h in
+               zip(self.input_accs, carry.dinput_handles)]
+    input_grads = (_scatter(self.diff_theta, carry.dtheta) +
+                   _scatter(self.diff_state, carry.dstate) +
+                   _scatter(self.diff_inputs, dinputs) +
+                   list(carry.dcaptured))
+    return input_grads, list(carry.dvars)
+
+
+def seed_source(seed) -> Callable[[], tf.Tensor]:
+  """A callable giving the base seed, drawn at most once."""
+  drawn = []
+
+  def source():
+    if seed is not None:
+      return seed
+    if not drawn:
+      drawn.append(tf.random.uniform([2], maxval=2**31 - 1, dtype=tf.int32))
+    return drawn[0]
+
+  return source
+
+
+def _scatter(flags, values) -> List[Optional[tf.Tensor]]:
+  """Expands a differentiable-only list to full length with None."""
+  it = iter(values)
+  return [next(it) if ok else None for ok in flags]
+
+
+def _to_dense(grad, like):
+  """Densifies IndexedSlices (embedding lookups) and matches dtype."""
+  return tf.cast(tf.convert_to_tensor(grad), like.dtype)
+
+
+def _dense(grads, like, flags):
+  """Keeps the differentiable leaves' gradients, None becoming zeros."""
+  return [
+      tf.zeros_like(x) if g is None else _to_dense(g, x)
+      for g, x, ok in zip(grads, like, flags) if ok
+  ]
