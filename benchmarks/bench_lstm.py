@@ -22,8 +22,6 @@ Writes RESULTS.md, results.json and results.png into --out_dir.
 
 import json
 import os
-import platform
-import resource
 import subprocess
 import sys
 import time
@@ -31,6 +29,9 @@ from typing import Callable, Dict, List, Optional
 
 from absl import app
 from absl import flags
+
+from benchmarks.common import environment
+from benchmarks.common import peak_rss_bytes
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("lengths", ["100", "250", "1000", "2000"], "Sequence lengths.")
@@ -236,19 +237,6 @@ def memory_child(spec: str) -> None:
   print(f"PEAK_RSS {peak_rss_bytes()}")
 
 
-def peak_rss_bytes() -> int:
-  """This process's peak resident set size.
-
-  VmHWM, not getrusage's ru_maxrss: on Linux ru_maxrss survives exec, so a
-  child started by a large parent reports the parent's size.
-  """
-  with open("/proc/self/status") as f:
-    for line in f:
-      if line.startswith("VmHWM:"):
-        return int(line.split()[1]) * 1024
-  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 def measure_memory(name: str, jit: bool) -> Optional[tuple]:
   """(bytes per extra time step, [peak at each memory length])."""
   peaks = []
@@ -267,25 +255,6 @@ def measure_memory(name: str, jit: bool) -> Optional[tuple]:
       return None
     peaks.append(int(lines[0].split()[1]))
   return (peaks[1] - peaks[0]) / (lengths[1] - lengths[0]), peaks
-
-
-def environment() -> Dict[str, str]:
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  cpu = platform.processor() or platform.machine()
-  try:
-    with open("/proc/cpuinfo") as f:
-      names = [l.split(":", 1)[1].strip() for l in f if l.startswith("model name")]
-    cpu = f"{names[0]} x{len(names)}" if names else cpu
-  except OSError:
-    pass
-  env = {"tensorflow": tf.__version__, "cpu": cpu,
-         "python": platform.python_version()}
-  try:
-    import jax  # pylint: disable=g-import-not-at-top
-    env["jax"] = jax.__version__
-  except ImportError:
-    pass
-  return env
 
 
 def main(argv):

@@ -280,3 +280,23 @@ def test_mask_of_wrong_shape():
 def test_initial_state_of_wrong_structure():
   with pytest.raises(ValueError, match=r"initial_state must hold 2 tensor\(s\)"):
     tf_recurrent.LSTM(H)(tf.ones([B, T, D]), initial_state=[tf.zeros([B, H])])
+
+
+@pytest.mark.parametrize("cell_name", ["lstm", "gru", "simple"])
+def test_mixed_bfloat16_policy_matches_keras(cell_name):
+  """bfloat16 compute, float32 weights: outputs and float32 weight grads."""
+  keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  try:
+    x = tf.random.normal([B, T, D], seed=2)
+    ref, ours = pair(cell_name, return_sequences=True)
+    build_pair(ref, ours, x)
+    got = outputs_and_grads(ours, x, "function")
+    want = outputs_and_grads(ref, x, "eager")
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
+  assert got[0].dtype == tf.bfloat16
+  assert [g.dtype for g in got[1][1:]] == [tf.float32] * len(got[1][1:])
+  for u, v in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
+    u, v = (np.asarray(tf.cast(a, tf.float32)) for a in (u, v))
+    np.testing.assert_allclose(u, v, rtol=0.05,
+                               atol=0.05 * np.abs(v).max())

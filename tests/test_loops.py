@@ -199,3 +199,30 @@ def test_reduced_precision_states(mode, dtype):
   for a, b in zip(tf.nest.flatten(low), tf.nest.flatten(full)):
     np.testing.assert_allclose(np.asarray(tf.cast(a, tf.float32)),
                                np.asarray(b), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("grad", ["autodiff", "hand_written"])
+def test_float32_theta_gradient_accumulates_in_float32(mode, grad):
+  """512 per-step contributions of 1.0: a bfloat16 sum would stall at 256."""
+
+  def cell(theta, state, x):
+    return {"h": state["h"] * 0 + tf.cast(theta["a"], x.dtype) * x}, []
+
+  def cell_grad(theta, state, x, extras, dstate1):
+    da = tf.cast(tf.reduce_sum(dstate1["h"] * x), tf.float32)
+    return {"a": da}, {"h": tf.zeros_like(state["h"])}, dstate1["h"] * tf.cast(
+        theta["a"], x.dtype)
+
+  def run(theta):
+    with tf.GradientTape() as tape:
+      tape.watch(theta)
+      acc, _ = tf_recurrent.recurrent(
+          theta, {"h": tf.zeros([1, 1], tf.bfloat16)},
+          tf.ones([512, 1, 1], tf.bfloat16), cell,
+          cell_grad if grad == "hand_written" else None)
+      loss = tf.reduce_sum(tf.cast(acc["h"], tf.float32))
+    return tape.gradient(loss, theta)
+
+  dtheta = in_mode(mode, run)({"a": tf.constant(0.5)})
+  assert dtheta["a"].dtype == tf.float32
+  assert float(dtheta["a"]) == 512.0

@@ -8,6 +8,10 @@ recurrent kernel.
 
 Gate order follows Keras: LSTM `[i, f, c, o]`, GRU `[z, r, h]` with
 `reset_after=True`.
+
+Mixed precision: theta may stay float32 while states and inputs are bfloat16
+or float16. The steps cast theta to the state's dtype, so the op accumulates
+dtheta over the steps in theta's own float32.
 """
 
 from typing import Any, Dict, Tuple
@@ -15,6 +19,11 @@ from typing import Any, Dict, Tuple
 import tensorflow as tf
 
 Tensor = tf.Tensor
+
+
+def _compute(weight: Tensor, like: Tensor) -> Tensor:
+  """`weight` in the compute dtype of `like` (no-op when they agree)."""
+  return tf.cast(weight, like.dtype)
 
 
 def project_inputs(inputs: Tensor, kernel: Tensor, bias: Tensor) -> Tensor:
@@ -54,7 +63,8 @@ def lstm_step(theta: Dict[str, Tensor], state: Dict[str, Tensor],
   >>> acc["h"].shape
   TensorShape([3, 2, 4])
   """
-  z = projected + tf.matmul(state["h"], theta["recurrent_kernel"])
+  kernel = _compute(theta["recurrent_kernel"], state["h"])
+  z = projected + tf.matmul(state["h"], kernel)
   zi, zf, zg, zo = tf.split(z, 4, axis=-1)
   i, f, o = tf.sigmoid(zi), tf.sigmoid(zf), tf.sigmoid(zo)
   g = tf.tanh(zg)
@@ -89,7 +99,7 @@ def lstm_grad(theta: Dict[str, Tensor], state0: Dict[str, Tensor],
       dc * i * (1.0 - tf.square(g)),
       dh1 * tanh_c1 * o * (1.0 - o),
   ], axis=-1)
-  kernel = theta["recurrent_kernel"]
+  kernel = _compute(theta["recurrent_kernel"], dz)
   dtheta = {"recurrent_kernel": tf.matmul(state0["h"], dz, transpose_a=True)}
   dstate0 = {"h": tf.matmul(dz, kernel, transpose_b=True), "c": dc * f}
   return dtheta, dstate0, dz
@@ -117,8 +127,9 @@ def gru_step(theta: Dict[str, Tensor], state: Dict[str, Tensor],
   >>> acc["h"].shape
   TensorShape([3, 2, 4])
   """
-  recurrent = (tf.matmul(state["h"], theta["recurrent_kernel"]) +
-               theta["recurrent_bias"])
+  recurrent = (tf.matmul(state["h"], _compute(theta["recurrent_kernel"],
+                                               state["h"])) +
+               _compute(theta["recurrent_bias"], state["h"]))
   xz, xr, xh = tf.split(projected, 3, axis=-1)
   rz, rr, rh = tf.split(recurrent, 3, axis=-1)
   z = tf.sigmoid(xz + rz)
@@ -152,7 +163,7 @@ def gru_grad(theta: Dict[str, Tensor], state0: Dict[str, Tensor],
   dr_pre = dhh_pre * rh * r * (1.0 - r)
   dprojected = tf.concat([dz_pre, dr_pre, dhh_pre], axis=-1)
   drecurrent = tf.concat([dz_pre, dr_pre, dhh_pre * r], axis=-1)
-  kernel = theta["recurrent_kernel"]
+  kernel = _compute(theta["recurrent_kernel"], dh)
   dtheta = {
       "recurrent_kernel": tf.matmul(h0, drecurrent, transpose_a=True),
       "recurrent_bias": tf.reduce_sum(drecurrent, axis=0),

@@ -183,12 +183,15 @@ class _RecurrentLoop:
       # gates; it was drawn before the loop (RNN.call).
       x = x * tf.cast(cell.get_dropout_mask(x[0]), dtype)
     kernel = tf.cast(tf.convert_to_tensor(cell.kernel), dtype)
-    recurrent_kernel = tf.cast(tf.convert_to_tensor(cell.recurrent_kernel),
-                               dtype)
+    # The recurrent weights stay in their variable dtype: under a mixed
+    # precision policy the steps cast them, and the op sums their gradient
+    # over the steps in float32.
+    recurrent_kernel = tf.convert_to_tensor(cell.recurrent_kernel)
     if cell.use_bias:
-      bias = tf.cast(tf.convert_to_tensor(cell.bias), dtype)
+      bias = tf.convert_to_tensor(cell.bias)
     else:
-      bias = tf.zeros([2, width] if step is cells.gru_step else [width], dtype)
+      bias = tf.zeros([2, width] if step is cells.gru_step else [width],
+                      recurrent_kernel.dtype)
     if step is cells.lstm_step:
       theta = {"recurrent_kernel": recurrent_kernel}
       input_bias = bias
@@ -197,7 +200,7 @@ class _RecurrentLoop:
       theta = {"recurrent_kernel": recurrent_kernel, "recurrent_bias": bias[1]}
       input_bias = bias[0]
       state0 = {"h": initial_state[0]}
-    projected = cells.project_inputs(x, kernel, input_bias)
+    projected = cells.project_inputs(x, kernel, tf.cast(input_bias, dtype))
     state0 = tf.nest.map_structure(lambda s: tf.cast(s, dtype), state0)
     if mask is None:
       acc, final = recurrent_lib.recurrent(theta, state0, projected, step, grad)

@@ -6,11 +6,17 @@ are 1 and the target is the sum of the two marked values. Predicting the
 mean of the target gives a mean squared error of about 0.167; a model that
 has learned to carry the marked values across the sequence gets far below.
 
+Runs under any strategy of `tpu_examples.strategy` (--strategy=tpu,
+multi_worker, mirrored, default), several XLA-compiled steps per call, with
+checkpoints and TensorBoard logs in --model_dir.
+
 Example:
 
     python -m tpu_examples.train_adding --seq_len=100 --steps=2500
+    python -m tpu_examples.train_adding --strategy=mirrored --model_dir=/tmp/a
 """
 
+import sys
 import time
 
 from absl import app
@@ -20,36 +26,49 @@ import tensorflow as tf
 
 from tf_recurrent import cells
 import tf_recurrent
+from tpu_examples import strategy as strategy_lib
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer("seq_len", 100, "Sequence length T.")
+flags.DEFINE_integer("seq_len", 100, "Sequence length T (up to 1000 works).")
 flags.DEFINE_integer("hidden", 64, "LSTM units.")
-flags.DEFINE_integer("batch", 64, "Batch size.")
-flags.DEFINE_integer("steps", 2500, "Training steps.")
+flags.DEFINE_integer("batch", 64, "Global batch size (over all replicas).")
+flags.DEFINE_integer("steps", 2500, "Training steps in all.")
 flags.DEFINE_float("learning_rate", 3e-3, "Adam learning rate.")
 flags.DEFINE_integer("log_every", 100, "Steps between progress lines.")
 flags.DEFINE_integer("seed", 0, "Random seed.")
-flags.DEFINE_bool("jit_compile", True, "Compile the train step with XLA.")
+
+TEST_SIZE = 1000
 
 
-def adding_batch(rng: np.random.Generator, batch: int, seq_len: int):
-  """A batch of adding-problem sequences, time-major: x [T, B, 2], y [B, 1]."""
-  values = rng.uniform(size=[batch, seq_len]).astype(np.float32)
-  markers = np.zeros([batch, seq_len], np.float32)
+def adding_batch(seed: int, step, batch: int, seq_len: int):
+  """Batch `step` of the adding problem, a stateless function of its index.
+
+  Returns:
+    `(x, y)`: batch-major x `[batch, seq_len, 2]` and y `[batch, 1]`.
+
+  Example:
+
+  >>> x, y = adding_batch(0, 3, batch=2, seq_len=10)
+  >>> x.shape, y.shape, x[:, :, 1].numpy().sum(axis=1).tolist()
+  (TensorShape([2, 10, 2]), TensorShape([2, 1]), [2.0, 2.0])
+  """
+  key = tf.stack([tf.cast(seed, tf.int64), tf.cast(step, tf.int64)])
+  keys = tf.random.experimental.stateless_split(key, 3)
+  values = tf.random.stateless_uniform([batch, seq_len], keys[0])
   half = max(seq_len // 2, 1)
-  first = rng.integers(0, half, size=batch)
-  second = rng.integers(half, seq_len, size=batch) if seq_len > 1 else first
-  markers[np.arange(batch), first] = 1.0
-  markers[np.arange(batch), second] = 1.0
-  target = (values * markers).sum(axis=1, keepdims=True)
-  x = np.stack([values, markers], axis=-1).transpose(1, 0, 2)
-  return tf.constant(x), tf.constant(target)
+  first = tf.random.stateless_uniform([batch], keys[1], 0, half, tf.int32)
+  second = tf.random.stateless_uniform([batch], keys[2], min(half, seq_len - 1),
+                                       seq_len, tf.int32)
+  markers = tf.minimum(tf.one_hot(first, seq_len) + tf.one_hot(second, seq_len),
+                       1.0)
+  target = tf.reduce_sum(values * markers, axis=1, keepdims=True)
+  return tf.stack([values, markers], axis=-1), target
 
 
 class AddingModel(tf.Module):
   """LSTM over the sequence (tf_recurrent + the built-in cell), then a dense."""
 
-  def __init__(self, hidden: int, seed: int):
+  def __init__(self, hidden: int, seed: int, use_tpu: bool = False):
     super().__init__()
     init = tf.keras.initializers.GlorotUniform(seed=seed)
     self.kernel = tf.Variable(init([2, 4 * hidden]), name="kernel")
@@ -62,54 +81,97 @@ class AddingModel(tf.Module):
     self.out_w = tf.Variable(init([hidden, 1]), name="out_w")
     self.out_b = tf.Variable(tf.zeros([1]), name="out_b")
     self.hidden = hidden
+    self.use_tpu = use_tpu
 
   def __call__(self, x):
-    batch = tf.shape(x)[1]
+    """Predictions `[B, 1]` for batch-major `x` `[B, T, 2]`."""
+    batch = tf.shape(x)[0]
     state0 = {"h": tf.zeros([batch, self.hidden]),
               "c": tf.zeros([batch, self.hidden])}
+    time_major = tf.transpose(x, [1, 0, 2])
     _, final = tf_recurrent.recurrent(
         {"recurrent_kernel": self.recurrent_kernel}, state0,
-        cells.project_inputs(x, self.kernel, self.bias),
-        cells.lstm_step, cells.lstm_grad)
+        cells.project_inputs(time_major, self.kernel, self.bias),
+        cells.lstm_step, cells.lstm_grad, use_tpu=self.use_tpu,
+        accumulate_state=False)
     return tf.matmul(final["h"], self.out_w) + self.out_b
+
+
+def build(strategy: tf.distribute.Strategy, hidden: int = 64, seed: int = 0,
+          learning_rate: float = 3e-3, global_batch: int = 64,
+          steps_per_call: int = 20, jit_compile: bool = True,
+          use_tpu: bool = False):
+  """The model, optimizer, step counter and trainer, under `strategy`.
+
+  Args:
+    strategy: The strategy to build under.
+    hidden: LSTM units.
+    seed: Initializer seed.
+    learning_rate: Adam's learning rate.
+    global_batch: Examples per step over all replicas.
+    steps_per_call: Steps per `trainer.train` call.
+    jit_compile: Compile the step with XLA.
+    use_tpu: Build the op for XLA (implied under TPUStrategy).
+
+  Returns:
+    `(model, optimizer, step, trainer)`.
+  """
+  with strategy.scope():
+    model = AddingModel(
+        hidden, seed, use_tpu=use_tpu or strategy_lib.uses_tpu(strategy))
+    optimizer = tf.keras.optimizers.Adam(learning_rate)
+    step = tf.Variable(0, dtype=tf.int64, name="step")
+
+  def per_example_loss(batch, training):
+    del training
+    x, y = batch
+    return tf.reduce_mean(tf.square(model(x) - y), axis=-1)
+
+  trainer = strategy_lib.Trainer(
+      strategy, list(model.trainable_variables), per_example_loss, optimizer,
+      global_batch, steps_per_call, jit_compile, clip_norm=1.0)
+  return model, optimizer, step, trainer
 
 
 def main(argv):
   del argv
-  rng = np.random.default_rng(FLAGS.seed)
-  model = AddingModel(FLAGS.hidden, FLAGS.seed)
-  optimizer = tf.keras.optimizers.Adam(FLAGS.learning_rate, clipnorm=1.0)
-
-  @tf.function(jit_compile=FLAGS.jit_compile)
-  def train_step(x, y):
-    with tf.GradientTape() as tape:
-      loss = tf.reduce_mean(tf.square(model(x) - y))
-    grads = tape.gradient(loss, model.trainable_variables)
-    optimizer.apply_gradients(zip(grads, model.trainable_variables))
-    return loss
-
-  @tf.function(jit_compile=FLAGS.jit_compile)
-  def eval_step(x, y):
-    return tf.reduce_mean(tf.square(model(x) - y))
-
-  test_x, test_y = adding_batch(np.random.default_rng(12345), 1000,
-                                FLAGS.seq_len)
+  try:
+    strategy = strategy_lib.make_strategy(FLAGS.strategy, FLAGS.tpu)
+  except strategy_lib.SetupError as e:
+    sys.exit(f"error: {e}")
+  model, optimizer, step, trainer = build(
+      strategy, FLAGS.hidden, FLAGS.seed, FLAGS.learning_rate, FLAGS.batch,
+      FLAGS.steps_per_call, FLAGS.jit_compile)
+  progress = strategy_lib.Progress(
+      FLAGS.model_dir,
+      tf.train.Checkpoint(model=model, optimizer=optimizer, step=step),
+      step, FLAGS.checkpoint_every)
+  batches = strategy_lib.distribute_steps(
+      strategy, lambda i: adding_batch(FLAGS.seed, i, FLAGS.batch,
+                                       FLAGS.seq_len),
+      FLAGS.batch, first_step=progress.start_step)
+  test_x, test_y = adding_batch(FLAGS.seed + 1, 0, TEST_SIZE, FLAGS.seq_len)
+  evaluate = tf.function(lambda: tf.reduce_mean(tf.square(model(test_x) -
+                                                          test_y)))
   print(f"adding problem: T={FLAGS.seq_len}, hidden={FLAGS.hidden}, "
-        f"batch={FLAGS.batch}; predicting the mean gives MSE "
-        f"{float(tf.math.reduce_variance(test_y)):.3f}")
-  start, window_start, window_losses = time.time(), time.time(), []
-  for step in range(1, FLAGS.steps + 1):
-    window_losses.append(float(train_step(*adding_batch(
-        rng, FLAGS.batch, FLAGS.seq_len))))
-    if step % FLAGS.log_every == 0 or step == FLAGS.steps:
-      rate = len(window_losses) / (time.time() - window_start)
-      print(f"step {step:5d}  train_mse {np.mean(window_losses):.4f}  "
-            f"test_mse {float(eval_step(test_x, test_y)):.4f}  "
-            f"{rate:.1f} steps/s", flush=True)
-      window_start, window_losses = time.time(), []
-  test_mse = float(eval_step(test_x, test_y))
-  print(f"final test_mse {test_mse:.4f} after {FLAGS.steps} steps in "
-        f"{time.time() - start:.0f} s")
+        f"global batch {FLAGS.batch} over {strategy.num_replicas_in_sync} "
+        f"replica(s), {FLAGS.steps_per_call} steps per call, "
+        f"XLA {'on' if trainer.jit_compile else 'off'}; predicting the mean "
+        f"gives MSE {float(tf.math.reduce_variance(test_y)):.3f}", flush=True)
+  start = time.time()
+  losses = []
+  while int(step.numpy()) < FLAGS.steps:
+    losses.append(float(trainer.train(batches)))
+    step.assign_add(FLAGS.steps_per_call)
+    done = int(step.numpy())
+    if done % FLAGS.log_every < FLAGS.steps_per_call or done >= FLAGS.steps:
+      progress.report({"train_mse": np.mean(losses),
+                       "test_mse": float(evaluate())})
+      losses = []
+    progress.maybe_save(force=done >= FLAGS.steps)
+  print(f"final test_mse {float(evaluate()):.4f} after {int(step.numpy())} "
+        f"steps ({int(step.numpy()) - progress.start_step} in this run, "
+        f"{time.time() - start:.0f} s)")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,239 @@
+r"""Memory per time step of a final-state-only LSTM, with checkpointing.
+
+A sequence classifier needs only the final state, yet a training step's
+backward pass keeps every step's state. `recurrent(..., accumulate_state=
+False, checkpoint_every="sqrt")` keeps about 2 sqrt(T) states instead; this
+measures what that saves and costs, for one training step (forward, a loss on
+the final h, gradients of all weights) of the same LSTM as bench_lstm:
+
+* memory: peak RSS at two lengths, each in its own subprocess, and the slope
+  between them in bytes per extra step and as a multiple of the state's own
+  bytes per step (2 * B * H * 4);
+* time: best of several repetitions at one length, per step, and as a ratio
+  to the plain op (which returns every state).
+
+Usage:
+
+    python -m benchmarks.bench_checkpoint          # full run (~25 min)
+    python -m benchmarks.bench_checkpoint --batch=2 --input=4 --hidden=8 \
+        --memory_lengths=20,80 --time_length=20 --out_dir=/tmp/b
+
+Writes CHECKPOINT.md and checkpoint.json into --out_dir.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, Optional
+
+from absl import app
+from absl import flags
+
+from benchmarks.common import environment
+from benchmarks.common import peak_rss_bytes
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("batch", 32, "Batch size B.")
+flags.DEFINE_integer("input", 128, "Input features D.")
+flags.DEFINE_integer("hidden", 512, "LSTM units H.")
+flags.DEFINE_list("memory_lengths", ["2500", "20000"],
+                  "Two lengths for the memory slope.")
+flags.DEFINE_integer("time_length", 1000, "Length T for the time column.")
+flags.DEFINE_integer("repeats", 3, "Timed repetitions (best is kept).")
+flags.DEFINE_string("out_dir", os.path.dirname(os.path.abspath(__file__)),
+                    "Where to write the results.")
+flags.DEFINE_string("child", "", "Internal: measure one case and exit.")
+
+PLAIN = "recurrent, every state returned (plain op)"
+CASES = {
+    PLAIN: dict(accumulate_state=True),
+    "recurrent, final only, checkpoint_every=1":
+        dict(accumulate_state=False, checkpoint_every=1),
+    "recurrent, final only, checkpoint_every=\"sqrt\"":
+        dict(accumulate_state=False, checkpoint_every="sqrt"),
+    "jax lax.scan, final only": dict(jax_checkpoint=False),
+    "jax lax.scan + jax.checkpoint, final only": dict(jax_checkpoint=True),
+}
+
+
+def _tf_step(options, T: int, B: int, D: int, H: int):
+  """One XLA-compiled training step of the op; returns a callable."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tf_recurrent  # pylint: disable=g-import-not-at-top
+
+  rng = tf.random.Generator.from_seed(0)
+  x = rng.normal([T, B, D])
+  weights = [tf.Variable(rng.normal([D, 4 * H]) * 0.05),
+             tf.Variable(rng.normal([H, 4 * H]) * 0.05),
+             tf.Variable(tf.zeros([4 * H]))]
+
+  def cell_fn(theta, state, x_t):
+    kernel, recurrent_kernel, bias = theta
+    z = tf.matmul(x_t, kernel) + tf.matmul(state["h"], recurrent_kernel) + bias
+    i, f, g, o = tf.split(z, 4, axis=-1)
+    c = tf.sigmoid(f) * state["c"] + tf.sigmoid(i) * tf.tanh(g)
+    return {"h": tf.sigmoid(o) * tf.tanh(c), "c": c}, []
+
+  zeros = tf.zeros([B, H])
+
+  @tf.function(jit_compile=True)
+  def step():
+    with tf.GradientTape() as tape:
+      _, final = tf_recurrent.recurrent(
+          weights, {"h": zeros, "c": zeros}, x, cell_fn, **options)
+      loss = tf.reduce_mean(tf.square(final["h"]))
+    return tape.gradient(loss, weights)
+
+  return lambda: [g.numpy() for g in step()]
+
+
+def _jax_step(jax_checkpoint: bool, T: int, B: int, D: int, H: int):
+  """One jitted JAX step with a loss on the final h only."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+  k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)
+  params = (jax.random.normal(k1, (D, 4 * H)) * 0.05,
+            jax.random.normal(k2, (H, 4 * H)) * 0.05, jnp.zeros(4 * H))
+  x = jax.random.normal(k3, (T, B, D))
+
+  def cell(params, carry, x_t):
+    kernel, recurrent_kernel, bias = params
+    h, c = carry
+    z = x_t @ kernel + h @ recurrent_kernel + bias
+    i, f, g, o = jnp.split(z, 4, axis=-1)
+    c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+    return (jax.nn.sigmoid(o) * jnp.tanh(c), c), None
+
+  if jax_checkpoint:
+    cell = jax.checkpoint(cell)
+
+  def loss(params):
+    zeros = jnp.zeros((B, H))
+    (h, _), _ = jax.lax.scan(lambda carry, x_t: cell(params, carry, x_t),
+                             (zeros, zeros), x)
+    return jnp.mean(jnp.square(h))
+
+  grad = jax.jit(jax.grad(loss))
+  return lambda: [g.block_until_ready() for g in grad(params)]
+
+
+def build_step(name: str, T: int) -> Callable[[], object]:
+  options = dict(CASES[name])
+  args = (T, FLAGS.batch, FLAGS.input, FLAGS.hidden)
+  if "jax_checkpoint" in options:
+    return _jax_step(options["jax_checkpoint"], *args)
+  return _tf_step(options, *args)
+
+
+def available(name: str) -> bool:
+  if "jax_checkpoint" not in CASES[name]:
+    return True
+  try:
+    import jax  # pylint: disable=g-import-not-at-top,unused-import
+    return True
+  except ImportError:
+    return False
+
+
+def time_per_step(name: str) -> float:
+  """Best-of-repeats microseconds per step at --time_length."""
+  step = build_step(name, FLAGS.time_length)
+  step()
+  best = float("inf")
+  for _ in range(FLAGS.repeats):
+    start = time.perf_counter()
+    step()
+    best = min(best, time.perf_counter() - start)
+  return best / FLAGS.time_length * 1e6
+
+
+def peak_memory(name: str, T: int) -> Optional[int]:
+  """Peak RSS of one training step at length T, in a fresh subprocess."""
+  args = [sys.executable, "-m", "benchmarks.bench_checkpoint",
+          f"--child={name}|{T}", f"--batch={FLAGS.batch}",
+          f"--input={FLAGS.input}", f"--hidden={FLAGS.hidden}"]
+  proc = subprocess.run(args, capture_output=True, text=True, check=False,
+                        cwd=os.path.dirname(os.path.dirname(
+                            os.path.abspath(__file__))))
+  lines = [l for l in proc.stdout.splitlines() if l.startswith("PEAK_RSS")]
+  if proc.returncode != 0 or not lines:
+    print(f"  memory {name} T={T} failed: {proc.stderr[-500:]}")
+    return None
+  return int(lines[0].split()[1])
+
+
+def write_report(results: Dict, out_dir: str) -> None:
+  env = results["environment"]
+  shape = results["shape"]
+  lines = [
+      "# Final-state-only training: checkpointing (`checkpoint_every`)",
+      "",
+      "Generated by `python -m benchmarks.bench_checkpoint`. One training step "
+      "(forward, loss on the final h, gradients of all weights) of an LSTM "
+      f"with B={shape['B']} D={shape['D']} H={shape['H']}, float32, XLA "
+      f"(jit_compile=True). TensorFlow {env['tensorflow']}"
+      f"{', JAX ' + env['jax'] if 'jax' in env else ''}; {env['cpu']}.",
+      "",
+      f"Memory: peak RSS at T={shape['memory_lengths'][0]} and "
+      f"T={shape['memory_lengths'][1]}, each in a fresh process; the slope "
+      "is bytes per extra step, and its multiple of the state's own bytes "
+      f"per step (2*B*H*4 = {results['state_bytes']} B). Time: best of "
+      f"{FLAGS.repeats} at T={shape['time_length']}.",
+      "",
+      "| implementation | bytes/step | x state | us/step | time vs plain |",
+      "|---|---:|---:|---:|---:|",
+  ]
+  plain = next(r for r in results["rows"] if r["name"] == PLAIN)
+  for row in results["rows"]:
+    slope = row["bytes_per_step"]
+    vs_state = None if slope is None else slope / results["state_bytes"]
+    ratio = (row["us_per_step"] / plain["us_per_step"]
+             if row["name"].startswith("recurrent") else None)
+    lines.append(
+        f"| {row['name']} | "
+        f"{'failed' if slope is None else f'{slope:,.0f}'} | "
+        f"{'' if vs_state is None else f'{vs_state:.2f}x'} "
+        f"| {row['us_per_step']:.0f} | "
+        f"{'' if ratio is None else f'{ratio:.2f}x'} |")
+  with open(os.path.join(out_dir, "CHECKPOINT.md"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+
+
+def main(argv):
+  del argv
+  if FLAGS.child:
+    name, T = FLAGS.child.rsplit("|", 1)
+    build_step(name, int(T))()
+    print(f"PEAK_RSS {peak_rss_bytes()}")
+    return
+  lengths = [int(t) for t in FLAGS.memory_lengths]
+  state_bytes = 2 * FLAGS.batch * FLAGS.hidden * 4
+  results = {"environment": environment(), "rows": [],
+             "state_bytes": state_bytes,
+             "shape": {"B": FLAGS.batch, "D": FLAGS.input, "H": FLAGS.hidden,
+                       "memory_lengths": lengths,
+                       "time_length": FLAGS.time_length}}
+  for name in CASES:
+    if not available(name):
+      print(f"{name}: jax not installed, skipped")
+      continue
+    us = time_per_step(name)
+    peaks = [peak_memory(name, T) for T in lengths]
+    slope = (None if None in peaks else
+             (peaks[1] - peaks[0]) / (lengths[1] - lengths[0]))
+    results["rows"].append({"name": name, "us_per_step": us, "peaks": peaks,
+                            "bytes_per_step": slope})
+    print(f"  {name:50s} {us:8.0f} us/step  "
+          f"{'failed' if slope is None else f'{slope / state_bytes:6.2f}x state'}",
+          flush=True)
+  os.makedirs(FLAGS.out_dir, exist_ok=True)
+  with open(os.path.join(FLAGS.out_dir, "checkpoint.json"), "w") as f:
+    json.dump(results, f, indent=1)
+  write_report(results, FLAGS.out_dir)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,184 @@
+"""The tpu_examples jobs: the TPU step under XLA, replicas agree with one
+device, two workers end equal, a killed job resumes, the char LM runs."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tpu_examples import strategy as strategy_lib
+from tpu_examples import train_adding
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMALL = dict(hidden=8, seed=3, learning_rate=1e-2, global_batch=8)
+SEQ_LEN = 12
+
+
+def batches(strategy, first_step=0):
+  return strategy_lib.distribute_steps(
+      strategy, lambda i: train_adding.adding_batch(0, i, 8, SEQ_LEN), 8,
+      first_step)
+
+
+def test_tpu_step_compiles_under_xla_with_use_tpu():
+  """The replica step TPUStrategy would compile, compiled by XLA on CPU."""
+  strategy = tf.distribute.get_strategy()
+  model, _, _, trainer = train_adding.build(strategy, **SMALL, use_tpu=True)
+  step = tf.function(trainer.replica_step, jit_compile=True)
+  before = [v.numpy() for v in model.trainable_variables]
+  x, y = train_adding.adding_batch(0, 0, 8, SEQ_LEN)
+  loss = step((x, y))
+  hlo = step.experimental_get_compiler_ir((x, y))(stage="hlo")
+  assert np.isfinite(float(loss))
+  assert all(np.any(b != v.numpy())
+             for b, v in zip(before, model.trainable_variables))
+  # The op's forward and reverse loops are inside the one compiled program.
+  assert hlo.count(" while(") >= 2
+
+
+def test_mirrored_matches_one_device():
+  # XLA cannot run MirroredStrategy over CPU devices (xla_supported), so
+  # both sides run without it: the difference is the replication alone.
+  one = train_adding.build(tf.distribute.get_strategy(), **SMALL,
+                           steps_per_call=3, jit_compile=False)
+  mirrored_strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+  two = train_adding.build(mirrored_strategy, **SMALL, steps_per_call=3,
+                           jit_compile=False)
+  assert two[3].strategy.num_replicas_in_sync == 2
+  loss_1, grads_1 = one[3].gradients(batches(tf.distribute.get_strategy()))
+  loss_2, grads_2 = two[3].gradients(batches(mirrored_strategy))
+  np.testing.assert_allclose(float(loss_1), float(loss_2), rtol=1e-5)
+  for a, b in zip(grads_1, grads_2):
+    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6)
+  losses = [float(t.train(batches(t.strategy))) for t in (one[3], two[3])]
+  np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
+  for a, b in zip(one[0].trainable_variables, two[0].trainable_variables):
+    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_distribute_steps_rejects_an_uneven_split():
+  with pytest.raises(ValueError, match="global batch 7 does not split evenly "
+                     "over 2 replicas"):
+    strategy_lib.distribute_steps(
+        tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]),
+        lambda i: tf.zeros([7]), 7)
+
+
+def run_job(module, *args, env=None, **popen):
+  command = [sys.executable, "-m", module, *args]
+  return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True,
+                          env={**os.environ, **(env or {})}, **popen)
+
+
+ADDING = ["--hidden=8", f"--seq_len={SEQ_LEN}", "--batch=8",
+          "--steps_per_call=2", "--log_every=2", "--checkpoint_every=4"]
+
+
+def free_ports(count):
+  sockets = [socket.socket() for _ in range(count)]
+  for s in sockets:
+    s.bind(("localhost", 0))
+  ports = [s.getsockname()[1] for s in sockets]
+  for s in sockets:
+    s.close()
+  return ports
+
+
+def checkpoint_values(directory):
+  reader = tf.train.load_checkpoint(directory)
+  return {name: reader.get_tensor(name)
+          for name in reader.get_variable_to_shape_map()
+          if name.startswith("model/")}
+
+
+def test_two_workers_end_with_identical_weights(tmp_path):
+  ports = free_ports(2)
+  cluster = {"worker": [f"localhost:{p}" for p in ports]}
+  jobs = [run_job("tpu_examples.train_adding", "--strategy=multi_worker",
+                  "--steps=5", "--steps_per_call=1", "--hidden=8",
+                  f"--seq_len={SEQ_LEN}", "--batch=8", "--checkpoint_every=5",
+                  f"--model_dir={tmp_path}",
+                  env={"TF_CONFIG": json.dumps(
+                      {"cluster": cluster,
+                       "task": {"type": "worker", "index": i}})})
+          for i in range(2)]
+  outputs = [job.communicate(timeout=600)[0] for job in jobs]
+  for job, out in zip(jobs, outputs):
+    assert job.returncode == 0, out[-3000:]
+    assert "global batch 8 over 2 replica(s)" in out
+  chief = checkpoint_values(str(tmp_path))
+  other = checkpoint_values(str(tmp_path / "worker_1"))
+  assert chief.keys() == other.keys() and len(chief) == 5
+  for name in chief:
+    np.testing.assert_array_equal(chief[name], other[name])
+  step = tf.train.load_checkpoint(str(tmp_path)).get_tensor(
+      "step/.ATTRIBUTES/VARIABLE_VALUE")
+  assert step == 5
+
+
+def test_tpu_without_a_tpu_fails_in_one_line():
+  job = run_job("tpu_examples.train_adding", "--strategy=tpu")
+  out = job.communicate(timeout=300)[0]
+  assert job.returncode != 0
+  assert "error: --strategy=tpu: no TPU found" in out
+  assert "Traceback" not in out
+
+
+def test_killed_job_resumes_without_losing_steps(tmp_path):
+  whole = run_job("tpu_examples.train_adding", *ADDING, "--steps=12",
+                  f"--model_dir={tmp_path / 'whole'}")
+  assert whole.wait(timeout=600) == 0
+  killed = run_job("tpu_examples.train_adding", *ADDING, "--steps=12",
+                   f"--model_dir={tmp_path / 'killed'}")
+  for line in killed.stdout:
+    if line.startswith("saved checkpoint at step 4"):
+      killed.send_signal(signal.SIGKILL)
+      break
+  killed.wait(timeout=600)
+  assert killed.returncode == -signal.SIGKILL
+  saved = tf.train.latest_checkpoint(str(tmp_path / "killed"))
+  resumed_from = int(saved.rsplit("-", 1)[1])
+  assert 4 <= resumed_from < 12
+  again = run_job("tpu_examples.train_adding", *ADDING, "--steps=12",
+                  f"--model_dir={tmp_path / 'killed'}")
+  out = again.communicate(timeout=600)[0]
+  assert again.returncode == 0, out[-3000:]
+  assert f"resumed from step {resumed_from}" in out
+  assert f"after 12 steps ({12 - resumed_from} in this run" in out
+  want = checkpoint_values(str(tmp_path / "whole"))
+  got = checkpoint_values(str(tmp_path / "killed"))
+  for name in want:
+    np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-7)
+
+
+def test_char_lm_trains_logs_exports_and_samples(tmp_path):
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("the quick brown fox jumps over the lazy dog. " * 400)
+  job = run_job("tpu_examples.train_char_lm", f"--corpus={corpus}",
+                "--steps=4", "--steps_per_call=2", "--log_every=2",
+                "--seq_len=16", "--hidden=16", "--embedding=8", "--batch=4",
+                "--eval_windows=4", "--sample_chars=20", "--prompt=the ",
+                f"--model_dir={tmp_path / 'run'}",
+                f"--export_dir={tmp_path / 'export'}")
+  out = job.communicate(timeout=600)[0]
+  assert job.returncode == 0, out[-3000:]
+  bpc = float(out.split("held-out bits per character ")[1].split()[0])
+  assert 0 < bpc < 8.5
+  sample = out.split("sample:\n")[1]
+  assert sample.startswith("the ") and len(sample.encode()) >= 24
+  loaded = tf.saved_model.load(str(tmp_path / "export"))
+  state = loaded.signatures["initial_state"](batch_size=tf.constant(2))
+  step = loaded.signatures["step"](inputs=tf.constant([1, 2]), **state)
+  assert step["output"].shape == [2, 256]
+  tags = set()
+  for path in tf.io.gfile.glob(str(tmp_path / "run" / "logs" / "*")):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      tags.update(v.tag for v in event.summary.value)
+  assert {"train_bpc", "held_out_bpc", "steps_per_sec"} <= tags
