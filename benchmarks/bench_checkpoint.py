@@ -23,16 +23,16 @@ Writes CHECKPOINT.md and checkpoint.json into --out_dir.
 
 import json
 import os
-import subprocess
-import sys
-import time
 from typing import Callable, Dict, Optional
 
 from absl import app
 from absl import flags
 
+from benchmarks.common import best_seconds
 from benchmarks.common import environment
+from benchmarks.common import jax_lstm_step
 from benchmarks.common import peak_rss_bytes
+from benchmarks.common import peak_rss_of_child
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("batch", 32, "Batch size B.")
@@ -44,6 +44,8 @@ flags.DEFINE_integer("time_length", 1000, "Length T for the time column.")
 flags.DEFINE_integer("repeats", 3, "Timed repetitions (best is kept).")
 flags.DEFINE_string("out_dir", os.path.dirname(os.path.abspath(__file__)),
                     "Where to write the results.")
+flags.DEFINE_multi_string("only", [], "Run only these cases (the plain op "
+                          "always); repeat the flag for several.")
 flags.DEFINE_string("child", "", "Internal: measure one case and exit.")
 
 PLAIN = "recurrent, every state returned (plain op)"
@@ -89,42 +91,12 @@ def _tf_step(options, T: int, B: int, D: int, H: int):
   return lambda: [g.numpy() for g in step()]
 
 
-def _jax_step(jax_checkpoint: bool, T: int, B: int, D: int, H: int):
-  """One jitted JAX step with a loss on the final h only."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-
-  k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)
-  params = (jax.random.normal(k1, (D, 4 * H)) * 0.05,
-            jax.random.normal(k2, (H, 4 * H)) * 0.05, jnp.zeros(4 * H))
-  x = jax.random.normal(k3, (T, B, D))
-
-  def cell(params, carry, x_t):
-    kernel, recurrent_kernel, bias = params
-    h, c = carry
-    z = x_t @ kernel + h @ recurrent_kernel + bias
-    i, f, g, o = jnp.split(z, 4, axis=-1)
-    c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-    return (jax.nn.sigmoid(o) * jnp.tanh(c), c), None
-
-  if jax_checkpoint:
-    cell = jax.checkpoint(cell)
-
-  def loss(params):
-    zeros = jnp.zeros((B, H))
-    (h, _), _ = jax.lax.scan(lambda carry, x_t: cell(params, carry, x_t),
-                             (zeros, zeros), x)
-    return jnp.mean(jnp.square(h))
-
-  grad = jax.jit(jax.grad(loss))
-  return lambda: [g.block_until_ready() for g in grad(params)]
-
-
 def build_step(name: str, T: int) -> Callable[[], object]:
   options = dict(CASES[name])
   args = (T, FLAGS.batch, FLAGS.input, FLAGS.hidden)
   if "jax_checkpoint" in options:
-    return _jax_step(options["jax_checkpoint"], *args)
+    return jax_lstm_step(*args, checkpoint=options["jax_checkpoint"],
+                         final_only=True)
   return _tf_step(options, *args)
 
 
@@ -141,28 +113,14 @@ def available(name: str) -> bool:
 def time_per_step(name: str) -> float:
   """Best-of-repeats microseconds per step at --time_length."""
   step = build_step(name, FLAGS.time_length)
-  step()
-  best = float("inf")
-  for _ in range(FLAGS.repeats):
-    start = time.perf_counter()
-    step()
-    best = min(best, time.perf_counter() - start)
-  return best / FLAGS.time_length * 1e6
+  return best_seconds(step, FLAGS.repeats) / FLAGS.time_length * 1e6
 
 
 def peak_memory(name: str, T: int) -> Optional[int]:
   """Peak RSS of one training step at length T, in a fresh subprocess."""
-  args = [sys.executable, "-m", "benchmarks.bench_checkpoint",
-          f"--child={name}|{T}", f"--batch={FLAGS.batch}",
-          f"--input={FLAGS.input}", f"--hidden={FLAGS.hidden}"]
-  proc = subprocess.run(args, capture_output=True, text=True, check=False,
-                        cwd=os.path.dirname(os.path.dirname(
-                            os.path.abspath(__file__))))
-  lines = [l for l in proc.stdout.splitlines() if l.startswith("PEAK_RSS")]
-  if proc.returncode != 0 or not lines:
-    print(f"  memory {name} T={T} failed: {proc.stderr[-500:]}")
-    return None
-  return int(lines[0].split()[1])
+  return peak_rss_of_child("benchmarks.bench_checkpoint", [
+      f"--child={name}|{T}", f"--batch={FLAGS.batch}",
+      f"--input={FLAGS.input}", f"--hidden={FLAGS.hidden}"])
 
 
 def write_report(results: Dict, out_dir: str) -> None:
@@ -217,6 +175,8 @@ def main(argv):
                        "memory_lengths": lengths,
                        "time_length": FLAGS.time_length}}
   for name in CASES:
+    if FLAGS.only and name != PLAIN and name not in FLAGS.only:
+      continue
     if not available(name):
       print(f"{name}: jax not installed, skipped")
       continue

@@ -22,16 +22,16 @@ Writes RESULTS.md, results.json and results.png into --out_dir.
 
 import json
 import os
-import subprocess
-import sys
-import time
 from typing import Callable, Dict, List, Optional
 
 from absl import app
 from absl import flags
 
+from benchmarks.common import best_seconds
 from benchmarks.common import environment
+from benchmarks.common import jax_lstm_step
 from benchmarks.common import peak_rss_bytes
+from benchmarks.common import peak_rss_of_child
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("lengths", ["100", "250", "1000", "2000"], "Sequence lengths.")
@@ -132,39 +132,6 @@ def _tf_step(name: str, T: int, B: int, D: int, H: int, jit: bool):
   return lambda: [g.numpy() for g in step()]
 
 
-def _jax_step(name: str, T: int, B: int, D: int, H: int):
-  """One jitted JAX training step (lax.scan, optionally checkpointed)."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-
-  key = jax.random.PRNGKey(0)
-  k1, k2, k3 = jax.random.split(key, 3)
-  params = (jax.random.normal(k1, (D, 4 * H)) * 0.05,
-            jax.random.normal(k2, (H, 4 * H)) * 0.05, jnp.zeros(4 * H))
-  x = jax.random.normal(k3, (T, B, D))
-
-  def cell(params, carry, x_t):
-    kernel, recurrent_kernel, bias = params
-    h, c = carry
-    z = x_t @ kernel + h @ recurrent_kernel + bias
-    i, f, g, o = jnp.split(z, 4, axis=-1)
-    c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-    h = jax.nn.sigmoid(o) * jnp.tanh(c)
-    return (h, c), h
-
-  if name.endswith("checkpoint"):
-    cell = jax.checkpoint(cell)
-
-  def loss(params):
-    zeros = jnp.zeros((B, H))
-    _, hs = jax.lax.scan(lambda carry, x_t: cell(params, carry, x_t),
-                         (zeros, zeros), x)
-    return jnp.mean(jnp.square(hs))
-
-  grad = jax.jit(jax.grad(loss))
-  return lambda: [g.block_until_ready() for g in grad(params)]
-
-
 def _floor_step(T: int, B: int, H: int):
   """The recurrent matmuls of a training step, batched over T, under XLA."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -186,7 +153,8 @@ def _floor_step(T: int, B: int, H: int):
 def build_step(name: str, T: int, B: int, D: int, H: int,
                jit: bool) -> Callable[[], object]:
   if name in JAX_IMPLS:
-    return _jax_step(name, T, B, D, H)
+    return jax_lstm_step(T, B, D, H, checkpoint=name.endswith("checkpoint"),
+                         final_only=False)
   if name == FLOOR:
     return _floor_step(T, B, H)
   return _tf_step(name, T, B, D, H, jit)
@@ -215,12 +183,7 @@ def time_case(name: str, jit: bool, lengths: List[int]) -> Dict[int, Optional[fl
       result[T] = None
       continue
     step = build_step(name, T, FLAGS.batch, FLAGS.input, FLAGS.hidden, jit)
-    step()  # Trace, compile and warm up.
-    best = float("inf")
-    for _ in range(FLAGS.repeats):
-      start = time.perf_counter()
-      step()
-      best = min(best, time.perf_counter() - start)
+    best = best_seconds(step, FLAGS.repeats)
     result[T] = best / T * 1e6
     too_slow = best > FLAGS.skip_after
     print(f"  {name:45s} {'xla' if jit else 'tf ':3s} T={T:5d} "
@@ -242,18 +205,12 @@ def measure_memory(name: str, jit: bool) -> Optional[tuple]:
   peaks = []
   lengths = [int(t) for t in FLAGS.memory_lengths]
   for T in lengths:
-    args = [sys.executable, "-m", "benchmarks.bench_lstm",
-            f"--memory_child={name}|{int(jit)}|{T}",
-            f"--batch={FLAGS.batch}", f"--input={FLAGS.input}",
-            f"--memory_hidden={FLAGS.memory_hidden}"]
-    proc = subprocess.run(args, capture_output=True, text=True, check=False,
-                          cwd=os.path.dirname(os.path.dirname(
-                              os.path.abspath(__file__))))
-    lines = [l for l in proc.stdout.splitlines() if l.startswith("PEAK_RSS")]
-    if proc.returncode != 0 or not lines:
-      print(f"  memory {name} failed: {proc.stderr[-500:]}")
+    peak = peak_rss_of_child("benchmarks.bench_lstm", [
+        f"--memory_child={name}|{int(jit)}|{T}", f"--batch={FLAGS.batch}",
+        f"--input={FLAGS.input}", f"--memory_hidden={FLAGS.memory_hidden}"])
+    if peak is None:
       return None
-    peaks.append(int(lines[0].split()[1]))
+    peaks.append(peak)
   return (peaks[1] - peaks[0]) / (lengths[1] - lengths[0]), peaks
 
 

@@ -1,8 +1,12 @@
 """What every benchmark here shares: the environment line and peak memory."""
 
+import os
 import platform
 import resource
-from typing import Dict
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, List, Optional
 
 
 def peak_rss_bytes() -> int:
@@ -16,6 +20,20 @@ def peak_rss_bytes() -> int:
       if line.startswith("VmHWM:"):
         return int(line.split()[1]) * 1024
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def peak_rss_of_child(module: str, args: List[str]) -> Optional[int]:
+  """Runs `python -m module args` (which prints `PEAK_RSS <bytes>`) in a
+  fresh process from the repository root; its peak, or None if it failed."""
+  proc = subprocess.run(
+      [sys.executable, "-m", module] + args, capture_output=True, text=True,
+      check=False,
+      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  lines = [l for l in proc.stdout.splitlines() if l.startswith("PEAK_RSS")]
+  if proc.returncode != 0 or not lines:
+    print(f"  memory {module} {args[0]} failed: {proc.stderr[-500:]}")
+    return None
+  return int(lines[0].split()[1])
 
 
 def environment() -> Dict[str, str]:
@@ -36,3 +54,53 @@ def environment() -> Dict[str, str]:
   except ImportError:
     pass
   return env
+
+
+def best_seconds(step: Callable[[], object], repeats: int) -> float:
+  """Warms `step` up (trace, compile), then the best of `repeats` runs."""
+  step()
+  best = float("inf")
+  for _ in range(repeats):
+    start = time.perf_counter()
+    step()
+    best = min(best, time.perf_counter() - start)
+  return best
+
+
+def jax_lstm_step(T: int, B: int, D: int, H: int, checkpoint: bool,
+                  final_only: bool) -> Callable[[], object]:
+  """One jitted JAX LSTM training step with lax.scan (the peer to beat).
+
+  Args:
+    T, B, D, H: Steps, batch, input features, units.
+    checkpoint: Wrap the cell in `jax.checkpoint` (recompute on backward).
+    final_only: The loss reads only the final h, else every step's h.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+  k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)
+  params = (jax.random.normal(k1, (D, 4 * H)) * 0.05,
+            jax.random.normal(k2, (H, 4 * H)) * 0.05, jnp.zeros(4 * H))
+  x = jax.random.normal(k3, (T, B, D))
+
+  def cell(params, carry, x_t):
+    kernel, recurrent_kernel, bias = params
+    h, c = carry
+    z = x_t @ kernel + h @ recurrent_kernel + bias
+    i, f, g, o = jnp.split(z, 4, axis=-1)
+    c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+    h = jax.nn.sigmoid(o) * jnp.tanh(c)
+    return (h, c), (None if final_only else h)
+
+  if checkpoint:
+    cell = jax.checkpoint(cell)
+
+  def loss(params):
+    zeros = jnp.zeros((B, H))
+    (h, _), hs = jax.lax.scan(lambda carry, x_t: cell(params, carry, x_t),
+                              (zeros, zeros), x)
+    return jnp.mean(jnp.square(h if final_only else hs))
+
+  grad = jax.jit(jax.grad(loss))
+  return lambda: [g.block_until_ready() for g in grad(params)]

@@ -27,3 +27,32 @@ def test_benchmark_smoke(tmp_path):
   report = (tmp_path / "RESULTS.md").read_text()
   assert "| tf_recurrent.LSTM |" in report and "## Targets" in report
   assert (tmp_path / "results.png").stat().st_size > 10_000
+
+
+def test_checkpoint_benchmark_smoke(tmp_path):
+  sqrt_case = "recurrent, final only, checkpoint_every=\"sqrt\""
+  proc = subprocess.run(
+      [sys.executable, "-m", "benchmarks.bench_checkpoint", "--batch=2",
+       "--input=3", "--hidden=4", "--memory_lengths=10,40",
+       "--time_length=10", "--repeats=1", f"--only={sqrt_case}",
+       f"--out_dir={tmp_path}"],
+      capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  results = json.loads((tmp_path / "checkpoint.json").read_text())
+  assert [r["name"] for r in results["rows"]] == [
+      "recurrent, every state returned (plain op)", sqrt_case]
+  for row in results["rows"]:
+    assert row["us_per_step"] > 0 and None not in row["peaks"]
+  assert sqrt_case in (tmp_path / "CHECKPOINT.md").read_text()
+
+
+def test_profile_smoke(tmp_path):
+  proc = subprocess.run(
+      [sys.executable, "-m", "benchmarks.profile_lstm", "--length=6",
+       "--batch=2", "--input=3", "--hidden=4", "--repeats=1",
+       f"--out_dir={tmp_path}"],
+      capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  report = (tmp_path / "PROFILE.md").read_text()
+  assert report.count("\n| ") == 7  # Header and six pieces.
+  assert "| tf_recurrent.LSTM, whole training step | " in report

@@ -19,36 +19,33 @@ import keras
 import numpy as np
 
 import tf_recurrent
+from tpu_examples import strategy as strategy_lib
 from tpu_examples import train_adding
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("export_dir", "/tmp/tf_recurrent_adding",
-                    "Where to write the SavedModel.")
 flags.DEFINE_integer("train_steps", 400, "Training steps before export.")
 flags.DEFINE_integer("export_seq_len", 50, "Sequence length to train on.")
 
 
 def trained_model(steps: int, seq_len: int, hidden: int = 32) -> keras.Model:
   """A Keras LSTM regressor on the adding problem, trained for `steps`."""
-  rng = np.random.default_rng(0)
   model = keras.Sequential([
       keras.Input((None, 2)),
       tf_recurrent.LSTM(hidden),
       keras.layers.Dense(1),
   ])
   model.compile(keras.optimizers.Adam(3e-3), "mse", jit_compile=True)
-  for _ in range(steps):
-    x, y = train_adding.adding_batch(rng, 64, seq_len)
-    model.train_on_batch(np.transpose(x.numpy(), [1, 0, 2]), y.numpy())
+  for step in range(steps):
+    x, y = train_adding.adding_batch(0, step, 64, seq_len)
+    model.train_on_batch(x.numpy(), y.numpy())
   return model
 
 
 def main(argv):
   del argv
   model = trained_model(FLAGS.train_steps, FLAGS.export_seq_len)
-  x, y = train_adding.adding_batch(np.random.default_rng(1), 4,
-                                   FLAGS.export_seq_len)
-  batch_major = np.transpose(x.numpy(), [1, 0, 2])
+  x, y = train_adding.adding_batch(1, 0, 4, FLAGS.export_seq_len)
+  batch_major = x.numpy()
   mse = float(np.mean((model.predict(batch_major, verbose=0) - y) ** 2))
   tf_recurrent.export_saved_model(model, FLAGS.export_dir)
   sample = os.path.join(FLAGS.export_dir, "sample_inputs.npy")
@@ -59,4 +56,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  strategy_lib.set_job_defaults(export_dir="/tmp/tf_recurrent_adding")
   app.run(main)

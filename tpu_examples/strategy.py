@@ -15,6 +15,7 @@
 
 import json
 import os
+import sys
 import time
 from typing import Callable, Dict, List, Optional
 
@@ -24,6 +25,14 @@ import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
 FLAGS = flags.FLAGS
+# The flags every job has; each job sets its own defaults (set_job_defaults).
+flags.DEFINE_integer("seq_len", 100, "Sequence length T.")
+flags.DEFINE_integer("hidden", 64, "LSTM units.")
+flags.DEFINE_integer("batch", 64, "Global batch size (over all replicas).")
+flags.DEFINE_integer("steps", 2500, "Training steps in all.")
+flags.DEFINE_float("learning_rate", 3e-3, "Adam learning rate.")
+flags.DEFINE_integer("log_every", 100, "Steps between progress lines.")
+flags.DEFINE_integer("seed", 0, "Random seed.")
 flags.DEFINE_enum("strategy", "default",
                   ["tpu", "multi_worker", "mirrored", "default"],
                   "tf.distribute strategy to train under.")
@@ -35,6 +44,8 @@ flags.DEFINE_bool("jit_compile", True, "Compile the step with XLA.")
 flags.DEFINE_string("model_dir", "", "Checkpoints and TensorBoard logs; "
                     "empty: no checkpoints or logs.")
 flags.DEFINE_integer("checkpoint_every", 200, "Steps between checkpoints.")
+flags.DEFINE_string("export_dir", "", "Where to export a SavedModel; empty: "
+                    "no export.")
 
 
 # TensorBoard's scalar plugin reads summaries tagged like this; writing them
@@ -42,6 +53,19 @@ flags.DEFINE_integer("checkpoint_every", 200, "Steps between checkpoints.")
 _SCALAR_METADATA = summary_pb2.SummaryMetadata(
     plugin_data=summary_pb2.SummaryMetadata.PluginData(
         plugin_name="scalars")).SerializeToString()
+
+
+def set_job_defaults(**defaults) -> None:
+  """Sets a job's defaults for the shared flags (before they are parsed).
+
+  Example:
+
+  >>> set_job_defaults(steps=2500)
+  >>> FLAGS["steps"].default
+  2500
+  """
+  for name, value in defaults.items():
+    FLAGS.set_default(name, value)
 
 
 class SetupError(RuntimeError):
@@ -89,6 +113,14 @@ def make_strategy(name: str, tpu: str = "") -> tf.distribute.Strategy:
   if name == "mirrored":
     return tf.distribute.MirroredStrategy()
   return tf.distribute.get_strategy()
+
+
+def strategy_from_flags() -> tf.distribute.Strategy:
+  """`make_strategy` for --strategy/--tpu; exits with one line if it fails."""
+  try:
+    return make_strategy(FLAGS.strategy, FLAGS.tpu)
+  except SetupError as e:
+    sys.exit(f"error: {e}")
 
 
 def uses_tpu(strategy: tf.distribute.Strategy) -> bool:

@@ -16,7 +16,6 @@ Example:
     python -m tpu_examples.train_adding --strategy=mirrored --model_dir=/tmp/a
 """
 
-import sys
 import time
 
 from absl import app
@@ -29,13 +28,6 @@ import tf_recurrent
 from tpu_examples import strategy as strategy_lib
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer("seq_len", 100, "Sequence length T (up to 1000 works).")
-flags.DEFINE_integer("hidden", 64, "LSTM units.")
-flags.DEFINE_integer("batch", 64, "Global batch size (over all replicas).")
-flags.DEFINE_integer("steps", 2500, "Training steps in all.")
-flags.DEFINE_float("learning_rate", 3e-3, "Adam learning rate.")
-flags.DEFINE_integer("log_every", 100, "Steps between progress lines.")
-flags.DEFINE_integer("seed", 0, "Random seed.")
 
 TEST_SIZE = 1000
 
@@ -135,10 +127,7 @@ def build(strategy: tf.distribute.Strategy, hidden: int = 64, seed: int = 0,
 
 def main(argv):
   del argv
-  try:
-    strategy = strategy_lib.make_strategy(FLAGS.strategy, FLAGS.tpu)
-  except strategy_lib.SetupError as e:
-    sys.exit(f"error: {e}")
+  strategy = strategy_lib.strategy_from_flags()
   model, optimizer, step, trainer = build(
       strategy, FLAGS.hidden, FLAGS.seed, FLAGS.learning_rate, FLAGS.batch,
       FLAGS.steps_per_call, FLAGS.jit_compile)
@@ -175,4 +164,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  strategy_lib.set_job_defaults(seq_len=100, hidden=64, batch=64, steps=2500,
+                                learning_rate=3e-3, log_every=100)
   app.run(main)

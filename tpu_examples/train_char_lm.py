@@ -15,7 +15,6 @@ Example:
 
 import math
 import os
-import sys
 import sysconfig
 import time
 
@@ -32,19 +31,11 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("corpus", "", "A text file; empty: the Python standard "
                     "library's source files.")
 flags.DEFINE_integer("corpus_bytes", 4 << 20, "Read at most this many bytes.")
-flags.DEFINE_integer("seq_len", 128, "Characters per training sequence.")
 flags.DEFINE_integer("embedding", 64, "Byte embedding size.")
-flags.DEFINE_integer("hidden", 256, "LSTM units.")
-flags.DEFINE_integer("batch", 32, "Global batch size (over all replicas).")
-flags.DEFINE_integer("steps", 1000, "Training steps in all.")
-flags.DEFINE_float("learning_rate", 2e-3, "Adam learning rate.")
-flags.DEFINE_integer("log_every", 100, "Steps between progress lines.")
 flags.DEFINE_integer("eval_windows", 64, "Held-out windows per evaluation.")
 flags.DEFINE_integer("sample_chars", 200, "Characters sampled at the end.")
 flags.DEFINE_float("temperature", 0.7, "Sampling temperature.")
 flags.DEFINE_string("prompt", "def ", "Text the sample continues.")
-flags.DEFINE_string("export_dir", "", "Where to export the SavedModel.")
-flags.DEFINE_integer("seed", 0, "Random seed.")
 
 VOCAB = 256  # Bytes.
 
@@ -127,10 +118,7 @@ def sample(module: tf_recurrent.StreamingModule, prompt: bytes, count: int,
 
 def main(argv):
   del argv
-  try:
-    strategy = strategy_lib.make_strategy(FLAGS.strategy, FLAGS.tpu)
-  except strategy_lib.SetupError as e:
-    sys.exit(f"error: {e}")
+  strategy = strategy_lib.strategy_from_flags()
   train_data, held_out = split_corpus(read_corpus(FLAGS.corpus,
                                                   FLAGS.corpus_bytes))
   with strategy.scope():
@@ -186,4 +174,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  strategy_lib.set_job_defaults(seq_len=128, hidden=256, batch=32, steps=1000,
+                                learning_rate=2e-3, log_every=100)
   app.run(main)
