@@ -123,6 +123,31 @@ def peak_memory(name: str, T: int) -> Optional[int]:
       f"--input={FLAGS.input}", f"--hidden={FLAGS.hidden}"])
 
 
+SQRT = "recurrent, final only, checkpoint_every=\"sqrt\""
+JAX_CHECKPOINT = "jax lax.scan + jax.checkpoint, final only"
+
+
+def _targets(results: Dict):
+  """The issue's targets for "sqrt": memory and time, met or missed."""
+  rows = {r["name"]: r for r in results["rows"]}
+  sqrt, plain = rows.get(SQRT), rows.get(PLAIN)
+  if not sqrt or sqrt["bytes_per_step"] is None:
+    return []
+  ratio = sqrt["bytes_per_step"] / results["state_bytes"]
+  out = [f"- \"sqrt\" memory slope {ratio:.2f}x the state (target < 0.63x, "
+         f"JAX + checkpoint as measured in the issue): "
+         f"{'met' if ratio < 0.63 else 'MISSED'}."]
+  jax_row = rows.get(JAX_CHECKPOINT)
+  if jax_row and jax_row["bytes_per_step"] is not None:
+    jax_ratio = jax_row["bytes_per_step"] / results["state_bytes"]
+    out.append(f"- Against JAX + checkpoint in this run ({jax_ratio:.2f}x): "
+               f"{'below' if ratio < jax_ratio else 'NOT below'}.")
+  time_ratio = sqrt["us_per_step"] / plain["us_per_step"]
+  out.append(f"- \"sqrt\" time {time_ratio:.2f}x the plain op's (target <= "
+             f"1.4x): {'met' if time_ratio <= 1.4 else 'MISSED'}.")
+  return out
+
+
 def write_report(results: Dict, out_dir: str) -> None:
   env = results["environment"]
   shape = results["shape"]
@@ -156,6 +181,7 @@ def write_report(results: Dict, out_dir: str) -> None:
         f"{'' if vs_state is None else f'{vs_state:.2f}x'} "
         f"| {row['us_per_step']:.0f} | "
         f"{'' if ratio is None else f'{ratio:.2f}x'} |")
+  lines += ["", "## Targets", ""] + _targets(results)
   with open(os.path.join(out_dir, "CHECKPOINT.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
 

@@ -160,6 +160,11 @@ def write(results: dict, out_dir: str) -> None:
       "",
       results.get("note", ""),
       "",
+      "Where the time goes (each piece of a tf_recurrent.LSTM step timed "
+      "alone): [PROFILE.md](PROFILE.md), from `python -m "
+      "benchmarks.profile_lstm`. Final-state-only training with "
+      "checkpointing: [CHECKPOINT.md](CHECKPOINT.md).",
+      "",
       "![results](results.png)",
       "",
       "## Without XLA (TF executor)", ""] + time_table(results, False) + [

@@ -467,3 +467,29 @@ def test_extras_with_unknown_batch_and_length(jit):
     want_dx = tape.gradient(loss, x)
     np.testing.assert_allclose(dx, np.zeros_like(x) if want_dx is None
                                else want_dx, atol=1e-10)
+
+
+def test_autograph_converts_the_cell_like_the_caller():
+  """Under a default tf.function, a cell's tensor-valued `if` works; the
+  op's own code is never converted."""
+
+  def cell(theta, state, x):
+    del theta
+    if tf.reduce_sum(x) > 0:
+      new = state + x
+    else:
+      new = state - x
+    return new, []
+
+  @tf.function
+  def run(x):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      acc, _ = tf_recurrent.recurrent((), tf.zeros([2]), x, cell,
+                                      accumulate_state=True)
+      loss = tf.reduce_sum(acc)
+    return acc, tape.gradient(loss, x)
+
+  acc, dx = run(tf.constant([[1.0, 1.0], [-1.0, -1.0], [2.0, 2.0]]))
+  np.testing.assert_allclose(acc, [[1, 1], [2, 2], [4, 4]])
+  np.testing.assert_allclose(dx, [[3, 3], [-2, -2], [1, 1]])

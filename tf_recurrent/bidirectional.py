@@ -25,6 +25,7 @@ def _reverse_time(struct: Any, lengths: Optional[tf.Tensor]) -> Any:
   return tf.nest.map_structure(reverse, struct)
 
 
+@tf.autograph.experimental.do_not_convert
 def bidirectional(theta_fw: Any,
                   theta_bw: Any,
                   state0_fw: Any,
@@ -72,7 +73,7 @@ def bidirectional(theta_fw: Any,
   >>> def add(theta, state, x):
   ...   return state + x, []
   >>> (fw, bw), _ = tf_recurrent.bidirectional(
-  ...     (), (), tf.zeros([1]), tf.zeros([1]),
+  ...     (), (), tf.zeros([1, 1]), tf.zeros([1, 1]),
   ...     tf.constant([[[1.0]], [[2.0]], [[3.0]]]), add, add,
   ...     sequence_length=[2])
   >>> fw[:, 0, 0].numpy().tolist(), bw[:, 0, 0].numpy().tolist()

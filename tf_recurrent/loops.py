@@ -58,6 +58,17 @@ def build(theta, state0, inputs, cell_fn, cell_grad, stop_fn,
           sequence_length, seed):
   """Builds both loops in the current graph.
 
+  Args:
+    theta, state0, inputs: Checked structures of tensors (inputs
+      time-major).
+    cell_fn, cell_grad, stop_fn: The user's callables (the last two may be
+      None).
+    step: What probing one step of `cell_fn` revealed.
+    options: The static choices of this call.
+    max_input_length: None, or a scalar int (Python or tensor).
+    sequence_length: None, or `[B]` int32 lengths.
+    seed: None, or the int `[2]` base seed for `step_seed()`.
+
   Returns:
     `(acc_state, final_state)`; `acc_state` is None unless
     `options.accumulate_state`.

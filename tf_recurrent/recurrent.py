@@ -152,6 +152,23 @@ def recurrent(theta: Any,
     if not callable(fn) and not (optional and fn is None):
       raise TypeError(f"{name} must be callable{' or None' if optional else ''}"
                       f"; got {type(fn).__name__}.")
+  # Read here, before _recurrent turns AutoGraph off for the op's own code.
+  cell_fn, cell_grad, stop_fn = (_converted_like_caller(fn) for fn in
+                                 (cell_fn, cell_grad, stop_fn))
+  return _recurrent(theta, state0, inputs, cell_fn, cell_grad, extras,
+                    max_input_length, use_tpu, sequence_length,
+                    checkpoint_every, accumulate_state, stop_fn, time_major,
+                    seed)
+
+
+Recurrent = recurrent
+
+
+@tf.autograph.experimental.do_not_convert
+def _recurrent(theta, state0, inputs, cell_fn, cell_grad, extras,
+               max_input_length, use_tpu, sequence_length, checkpoint_every,
+               accumulate_state, stop_fn, time_major, seed):
+  """`recurrent` once the user's callables are set; never converted."""
   theta = structs.to_tensors(theta, "theta")
   state0 = structs.to_tensors(state0, "state0")
   inputs = structs.to_tensors(inputs, "inputs")
@@ -203,7 +220,19 @@ def recurrent(theta: Any,
   return acc_state, final_state
 
 
-Recurrent = recurrent
+def _converted_like_caller(fn):
+  """`fn` under AutoGraph when the caller is (a default `tf.function`).
+
+  The op's own code is never converted (its Python control flow is static);
+  the user's callables get what they would have got called directly.
+  """
+  if fn is None:
+    return None
+  status = tf.__internal__.autograph.control_status_ctx().status
+  if getattr(status, "name", "") != "ENABLED":
+    return fn
+  return tf.__internal__.autograph.tf_convert(
+      fn, tf.__internal__.autograph.control_status_ctx())
 
 
 def _check_inputs(inputs: Any) -> Optional[int]:
