@@ -74,7 +74,8 @@ def run_job(module, *args, env=None, **popen):
   command = [sys.executable, "-m", module, *args]
   return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True,
-                          env={**os.environ, **(env or {})}, **popen)
+                          env={**os.environ, "PYTHONUNBUFFERED": "1",
+                               **(env or {})}, **popen)
 
 
 ADDING = ["--hidden=8", f"--seq_len={SEQ_LEN}", "--batch=8",

@@ -324,7 +324,7 @@ class Progress:
 
   def __init__(self, model_dir: str, checkpoint: tf.train.Checkpoint,
                step: tf.Variable, checkpoint_every: int,
-               print_fn: Callable[[str], None] = print):
+               print_fn: Optional[Callable[[str], None]] = None):
     """Restores the latest checkpoint in `model_dir`, if any.
 
     Args:
@@ -332,11 +332,12 @@ class Progress:
       checkpoint: What to save; must track `step`.
       step: The int64 step counter variable.
       checkpoint_every: Steps between checkpoints.
-      print_fn: Where progress lines go.
+      print_fn: Where progress lines go (default: stdout, flushed per line,
+        so a supervisor reading a pipe sees each line as it happens).
     """
     self.step = step
     self.checkpoint_every = checkpoint_every
-    self.print = print_fn
+    self.print = print_fn or (lambda line: print(line, flush=True))
     self.manager = None
     self.writer = None
     if model_dir:
