@@ -44,6 +44,7 @@ def pieces(T: int, B: int, D: int, H: int,
   """Zero-argument callables, one per piece, each compiled as `jit` says."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_recurrent  # pylint: disable=g-import-not-at-top
+  from tf_recurrent import cells  # pylint: disable=g-import-not-at-top
 
   rng = tf.random.Generator.from_seed(0)
   x = rng.normal([B, T, D])
@@ -78,7 +79,7 @@ def pieces(T: int, B: int, D: int, H: int,
 
   def projection():
     with tf.GradientTape() as tape:
-      projected = tf.einsum("tbd,dk->tbk", time_major, kernel) + bias
+      projected = cells.project_inputs(time_major, kernel, bias)
       loss = tf.reduce_mean(tf.square(projected))
     return tape.gradient(loss, [kernel, bias])
 
