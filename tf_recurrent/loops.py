@@ -321,6 +321,8 @@ class _Program:
   # The per-step gradient.
 
   def initial_grad_carry(self, flat_t, flat_s0, flat_x, d_final, variables):
+    """The reverse loop's starting sums; also binds what only the gradient
+    call knows (the variables read, the input-gradient accumulators)."""
     self.variables = list(variables or [])
     self.input_accs = [accumulators.RowAccumulator.like_rows_of(x, self.use_xla)
                        for x, ok in zip(flat_x, self.diff_inputs) if ok]

@@ -299,15 +299,16 @@ class Trainer:
 
   def gradients(self, iterator):
     """The loss and summed gradients of one global batch, without updating."""
-    @tf.function
-    def run(iterator):
-      loss, grads = self.strategy.run(self.loss_and_grads,
-                                      args=(next(iterator),))
-      total = lambda x: self.strategy.reduce(tf.distribute.ReduceOp.SUM, x,
-                                             axis=None)
-      return total(loss), [total(g) for g in grads]
+    return self._gradients(iterator)
 
-    return run(iterator)
+  @tf.function
+  def _gradients(self, iterator):
+    # Traced once per Trainer, like the train loop, not once per call.
+    loss, grads = self.strategy.run(self.loss_and_grads,
+                                    args=(next(iterator),))
+    total = lambda x: self.strategy.reduce(tf.distribute.ReduceOp.SUM, x,
+                                           axis=None)
+    return total(loss), [total(g) for g in grads]
 
 
 class Progress:
