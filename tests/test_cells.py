@@ -25,8 +25,10 @@ def gru_case(rng):
   return cells.gru_step, cells.gru_grad, theta, state0, 3 * H
 
 
+@pytest.mark.parametrize("recompute", [False, True],
+                         ids=["projected", "recomputing"])
 @pytest.mark.parametrize("case", [lstm_case, gru_case], ids=["lstm", "gru"])
-def test_hand_written_gradient_matches_autodiff(mode, case):
+def test_hand_written_gradient_matches_autodiff(mode, case, recompute):
   rng = np.random.default_rng(0)
   step, grad, theta, state0, width = case(rng)
   x = tf.constant(rng.normal(size=[T, B, D]))
@@ -34,24 +36,49 @@ def test_hand_written_gradient_matches_autodiff(mode, case):
   bias = tf.constant(rng.normal(size=[width]))
   weights = tf.nest.map_structure(
       lambda s: tf.constant(rng.normal(size=[T] + s.shape.as_list())), state0)
+  if recompute:
+    step, grad = cells.recomputing(step, grad)
+
+  def run_with(recurrent_fn):
+    """recurrent_fn(theta, state0, inputs, step) -> (acc, final)."""
+    def run(theta, state0, x, kernel, bias):
+      if recompute:
+        return recurrent_fn({"cell": theta, "kernel": kernel, "bias": bias},
+                            state0, x, step)
+      return recurrent_fn(theta, state0, cells.project_inputs(x, kernel, bias),
+                          step)
+    return run
 
   def loss_and_grads(run):
     def fn(theta, state0, x, kernel, bias):
       with tf.GradientTape() as tape:
         tape.watch([theta, state0, x, kernel, bias])
-        acc, final = run(theta, state0, cells.project_inputs(x, kernel, bias))
+        acc, final = run(theta, state0, x, kernel, bias)
         loss = sum(tf.reduce_sum(a * w) for a, w in zip(
             tf.nest.flatten(acc), tf.nest.flatten(weights)))
         loss += sum(tf.reduce_sum(tf.sin(f)) for f in tf.nest.flatten(final))
       return acc, tape.gradient(loss, [theta, state0, x, kernel, bias])
     return fn
 
-  got = in_mode(mode, loss_and_grads(
-      lambda t, s, xw: tf_recurrent.recurrent(t, s, xw, step, grad)))(
+  got = in_mode(mode, loss_and_grads(run_with(
+      lambda t, s, xs, step_: tf_recurrent.recurrent(t, s, xs, step_, grad))))(
           theta, state0, x, kernel, bias)
-  want = loss_and_grads(lambda t, s, xw: static_unroll(t, s, xw, step))(
-      theta, state0, x, kernel, bias)
+  want = loss_and_grads(run_with(static_unroll))(theta, state0, x, kernel, bias)
   assert_all_close(got, want, tol=1e-9)
+
+
+def test_recomputing_step_keeps_no_extras():
+  rng = np.random.default_rng(1)
+  step, _, theta, state0, width = lstm_case(rng)
+  lean_step, _ = cells.recomputing(step, cells.lstm_grad)
+  x_t = tf.constant(rng.normal(size=[B, D]))
+  lean_theta = {"cell": theta, "kernel": tf.constant(rng.normal(size=[D, width])),
+                "bias": tf.constant(rng.normal(size=[width]))}
+  state1, extras = lean_step(lean_theta, state0, x_t)
+  assert not tf.nest.flatten(extras)
+  want, _ = step(theta, state0, cells.project_inputs(
+      x_t[None], lean_theta["kernel"], lean_theta["bias"])[0])
+  assert_all_close(state1, want, tol=1e-12)
 
 
 def test_lstm_step_matches_keras_lstm_cell():

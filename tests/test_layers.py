@@ -7,6 +7,7 @@ import tensorflow as tf
 
 import tf_recurrent
 from tf_recurrent import cells
+from tf_recurrent import layers as layers_lib
 
 B, T, D, H = 3, 6, 4, 5
 
@@ -54,11 +55,12 @@ CELLS = {
 }
 
 
-def pair(cell_name, cell_kwargs=None, **layer_kwargs):
+def pair(cell_name, cell_kwargs=None, recompute=False, **layer_kwargs):
   """A keras.layers.RNN and a tf_recurrent.RNN with the same weights."""
   cell_kwargs = cell_kwargs or {}
   ref = keras.layers.RNN(CELLS[cell_name](**cell_kwargs), **layer_kwargs)
-  ours = tf_recurrent.RNN(CELLS[cell_name](**cell_kwargs), **layer_kwargs)
+  ours = tf_recurrent.RNN(CELLS[cell_name](**cell_kwargs), recompute=recompute,
+                          **layer_kwargs)
   return ref, ours
 
 
@@ -108,11 +110,16 @@ OPTIONS = {
 }
 
 
-@pytest.mark.parametrize("cell_name", ["lstm", "gru", "simple", "stacked"])
+# recompute=True changes only the plain LSTM/GRU cells' path.
+CELL_PATHS = [("lstm", False), ("lstm", True), ("gru", False), ("gru", True),
+              ("simple", False), ("stacked", False)]
+
+
+@pytest.mark.parametrize("cell_name,recompute", CELL_PATHS)
 @pytest.mark.parametrize("option", sorted(OPTIONS))
-def test_options_match_keras(cell_name, option):
+def test_options_match_keras(cell_name, recompute, option):
   x = tf.random.normal([B, T, D], seed=2)
-  ref, ours = pair(cell_name, **OPTIONS[option])
+  ref, ours = pair(cell_name, recompute=recompute, **OPTIONS[option])
   call_kwargs = {}
   if option.startswith("masked"):
     # The first example starts masked (with a non-zero initial state),
@@ -189,7 +196,7 @@ def test_stateful_carries_state_across_calls():
 
 
 @pytest.mark.parametrize("jit_compile", [False, True])
-@pytest.mark.parametrize("layer", ["LSTM", "GRU", "simple_rnn"])
+@pytest.mark.parametrize("layer", ["LSTM", "GRU", "simple_rnn", "recompute"])
 def test_model_fit_matches_keras(jit_compile, layer):
   x = np.random.default_rng(0).normal(size=[8, T, D]).astype(np.float32)
   y = np.random.default_rng(1).normal(size=[8, 1]).astype(np.float32)
@@ -197,6 +204,9 @@ def test_model_fit_matches_keras(jit_compile, layer):
   def model(module):
     if layer == "simple_rnn":
       rnn = module.RNN(keras.layers.SimpleRNNCell(H))
+    elif layer == "recompute":
+      rnn = (module.LSTM(H, recompute=True) if module is tf_recurrent
+             else module.LSTM(H))
     else:
       rnn = getattr(module, layer)(H)
     m = keras.Sequential([keras.Input((T, D)), rnn, keras.layers.Dense(1)])
@@ -216,11 +226,12 @@ def test_model_fit_matches_keras(jit_compile, layer):
 
 @pytest.mark.parametrize("factory", [
     lambda: tf_recurrent.LSTM(H, return_sequences=True),
+    lambda: tf_recurrent.LSTM(H, recompute=True),
     lambda: tf_recurrent.GRU(H, go_backwards=True),
     lambda: tf_recurrent.RNN(NestedStateCell(H)),
     lambda: tf_recurrent.RNN([keras.layers.LSTMCell(H),
                               keras.layers.GRUCell(H)]),
-], ids=["lstm", "gru", "nested", "list"])
+], ids=["lstm", "lstm_recompute", "gru", "nested", "list"])
 def test_saves_and_loads_without_custom_objects(tmp_path, factory):
   x = tf.random.normal([2, T, D], seed=8)
   model = keras.Sequential([keras.Input((T, D)), factory()])
@@ -228,15 +239,27 @@ def test_saves_and_loads_without_custom_objects(tmp_path, factory):
   model.save(path)
   loaded = keras.saving.load_model(path)
   assert type(loaded.layers[0]) is type(model.layers[0])
+  assert loaded.layers[0].recompute == model.layers[0].recompute
   np.testing.assert_allclose(loaded(x), model(x), atol=1e-6)
 
 
 @pytest.mark.parametrize("layer_name,cell_kwargs,fast", [
     ("LSTM", {}, True), ("GRU", {}, True),
+    ("LSTM", {"recompute": True}, True), ("GRU", {"recompute": True}, True),
     ("LSTM", {"recurrent_dropout": 0.2}, False),
     ("GRU", {"reset_after": False}, False)])
 def test_fast_path_picked_automatically(monkeypatch, layer_name, cell_kwargs,
                                         fast):
+  """The built-in gradient runs; with recompute the op sees raw inputs."""
+  widths = []
+  recurrent_lib = layers_lib.recurrent_lib  # The module, not the function.
+  original_recurrent = recurrent_lib.recurrent
+
+  def recording_recurrent(theta, state0, inputs, *args, **kwargs):
+    widths.append(tf.nest.flatten(inputs)[0].shape[-1])
+    return original_recurrent(theta, state0, inputs, *args, **kwargs)
+
+  monkeypatch.setattr(recurrent_lib, "recurrent", recording_recurrent)
   calls = []
   grad_name = f"{layer_name.lower()}_grad"
   original = getattr(cells, grad_name)
@@ -257,6 +280,14 @@ def test_fast_path_picked_automatically(monkeypatch, layer_name, cell_kwargs,
 
   assert all(g is not None for g in step(x))
   assert bool(calls) == fast
+  if fast:
+    gates = 4 if layer_name == "LSTM" else 3
+    assert set(widths) == {D if cell_kwargs.get("recompute") else gates * H}
+
+
+def test_recompute_must_be_a_bool():
+  with pytest.raises(TypeError, match="recompute must be a bool; got 'yes'"):
+    tf_recurrent.LSTM(H, recompute="yes")
 
 
 def test_cell_without_state_size():
@@ -282,13 +313,14 @@ def test_initial_state_of_wrong_structure():
     tf_recurrent.LSTM(H)(tf.ones([B, T, D]), initial_state=[tf.zeros([B, H])])
 
 
-@pytest.mark.parametrize("cell_name", ["lstm", "gru", "simple"])
-def test_mixed_bfloat16_policy_matches_keras(cell_name):
+@pytest.mark.parametrize("cell_name,recompute", [
+    ("lstm", False), ("lstm", True), ("gru", False), ("simple", False)])
+def test_mixed_bfloat16_policy_matches_keras(cell_name, recompute):
   """bfloat16 compute, float32 weights: outputs and float32 weight grads."""
   keras.mixed_precision.set_global_policy("mixed_bfloat16")
   try:
     x = tf.random.normal([B, T, D], seed=2)
-    ref, ours = pair(cell_name, return_sequences=True)
+    ref, ours = pair(cell_name, recompute=recompute, return_sequences=True)
     build_pair(ref, ours, x)
     got = outputs_and_grads(ours, x, "function")
     want = outputs_and_grads(ref, x, "eager")

@@ -6,6 +6,10 @@ functions receive the projected inputs. Each step saves its gate activations
 as extras; the gradient then needs no recompute, only the two matmuls of the
 recurrent kernel.
 
+`recomputing` turns either pair into a lean one for long sequences: the
+projection moves into the step and the gradient recomputes the gates, so
+the op keeps nothing per step but the state.
+
 Gate order follows Keras: LSTM `[i, f, c, o]`, GRU `[z, r, h]` with
 `reset_after=True`.
 
@@ -177,6 +181,60 @@ def gru_grad(theta: Dict[str, Tensor], state0: Dict[str, Tensor],
   }
   dh0 = dh * z + tf.matmul(drecurrent, kernel, transpose_b=True)
   return dtheta, {"h": dh0}, dprojected
+
+
+def recomputing(step, grad):
+  """Wraps a (step, grad) pair on projected inputs into a lean pair on raw ones.
+
+  The wrapped step projects its own input row (`x_t @ kernel + bias`) and
+  keeps no extras; the wrapped gradient recomputes the step (projection,
+  gates) from the state entering it and then applies `grad`. Per time step
+  the op then keeps only the state, instead of the state plus the gates and
+  the projected inputs and their gradient (about 4x less memory for an
+  LSTM), at the cost of one more step forward in the backward pass.
+
+  Args:
+    step: A `cell_fn` taking projected inputs, such as `lstm_step`.
+    grad: Its `cell_grad`, such as `lstm_grad`.
+
+  Returns:
+    `(lean_step, lean_grad)` over theta `{"cell": <step's theta>,
+    "kernel": [D, P], "bias": [P]}` and raw `[B, D]` input rows.
+
+  Example:
+
+  >>> import tf_recurrent
+  >>> step, grad = recomputing(lstm_step, lstm_grad)
+  >>> theta = {"cell": {"recurrent_kernel": tf.zeros([4, 16])},
+  ...          "kernel": tf.ones([5, 16]), "bias": tf.zeros([16])}
+  >>> state0 = {"h": tf.zeros([2, 4]), "c": tf.zeros([2, 4])}
+  >>> acc, _ = tf_recurrent.recurrent(theta, state0, tf.ones([3, 2, 5]), step,
+  ...                                 grad)
+  >>> acc["c"].shape
+  TensorShape([3, 2, 4])
+  """
+
+  def project(theta, x_t):
+    return (tf.matmul(x_t, _compute(theta["kernel"], x_t)) +
+            _compute(theta["bias"], x_t))
+
+  def lean_step(theta, state, x_t):
+    state1, _ = step(theta["cell"], state, project(theta, x_t))
+    return state1, {}
+
+  def lean_grad(theta, state0, x_t, extras, dstate1):
+    del extras  # Nothing is kept: the step runs again.
+    projected = project(theta, x_t)
+    _, step_extras = step(theta["cell"], state0, projected)
+    dcell, dstate0, dprojected = grad(theta["cell"], state0, projected,
+                                      step_extras, dstate1)
+    dtheta = {"cell": dcell,
+              "kernel": tf.matmul(x_t, dprojected, transpose_a=True),
+              "bias": tf.reduce_sum(dprojected, axis=0)}
+    kernel = _compute(theta["kernel"], dprojected)
+    return dtheta, dstate0, tf.matmul(dprojected, kernel, transpose_b=True)
+
+  return lean_step, lean_grad
 
 
 def masked(step, grad):
