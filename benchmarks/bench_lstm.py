@@ -54,8 +54,10 @@ flags.DEFINE_bool("merge", False,
                   "re-measure memory for all.")
 
 KERAS_LSTM = "keras.layers.LSTM"
+LEAN_LSTM = "tf_recurrent.LSTM(recompute=True)"
 TF_IMPLS = ["tf_recurrent.recurrent (default cell_grad)",
-            "tf_recurrent.RNN(LSTMCell)", "tf_recurrent.LSTM", KERAS_LSTM,
+            "tf_recurrent.RNN(LSTMCell)", "tf_recurrent.LSTM", LEAN_LSTM,
+            KERAS_LSTM,
             "tf.scan", "tf.while_loop + TensorArray"]
 JAX_IMPLS = ["jax lax.scan", "jax lax.scan + checkpoint"]
 FLOOR = "compute floor (3 matmuls, XLA)"
@@ -93,11 +95,14 @@ def _tf_step(name: str, T: int, B: int, D: int, H: int, jit: bool):
       acc, _ = tf_recurrent.recurrent({}, {"h": zeros, "c": zeros},
                                       time_major, cell_fn)
       return acc["h"]
-  elif name in ("tf_recurrent.RNN(LSTMCell)", "tf_recurrent.LSTM", KERAS_LSTM):
+  elif name in ("tf_recurrent.RNN(LSTMCell)", "tf_recurrent.LSTM", LEAN_LSTM,
+                KERAS_LSTM):
     if name == "tf_recurrent.RNN(LSTMCell)":
       layer = tf_recurrent.RNN(keras.layers.LSTMCell(H), return_sequences=True)
     elif name == "tf_recurrent.LSTM":
       layer = tf_recurrent.LSTM(H, return_sequences=True)
+    elif name == LEAN_LSTM:
+      layer = tf_recurrent.LSTM(H, return_sequences=True, recompute=True)
     else:
       layer = keras.layers.LSTM(H, return_sequences=True, use_cudnn=False)
     layer.build((B, T, D))
