@@ -22,12 +22,14 @@ def peak_rss_bytes() -> int:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def peak_rss_of_child(module: str, args: List[str]) -> Optional[int]:
+def peak_rss_of_child(module: str, args: List[str],
+                      env: Optional[Dict[str, str]] = None) -> Optional[int]:
   """Runs `python -m module args` (which prints `PEAK_RSS <bytes>`) in a
-  fresh process from the repository root; its peak, or None if it failed."""
+  fresh process from the repository root, with `env` added to the
+  environment; its peak, or None if it failed."""
   proc = subprocess.run(
       [sys.executable, "-m", module] + args, capture_output=True, text=True,
-      check=False,
+      check=False, env={**os.environ, **(env or {})},
       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   lines = [l for l in proc.stdout.splitlines() if l.startswith("PEAK_RSS")]
   if proc.returncode != 0 or not lines:

@@ -11,7 +11,8 @@ step of `tf_recurrent.LSTM` (B=32, D=128, H=256) is made of:
   backward) run step by step in a bare `tf.while_loop`: the floor a
   recurrence can reach, since step t needs step t-1;
 * the same three matmuls batched over all T (bench_lstm's compute floor,
-  which no recurrence can reach).
+  which no recurrence can reach);
+* for comparison, the whole step of `tf_recurrent.LSTM(recompute=True)`.
 
 Usage:
 
@@ -50,6 +51,9 @@ def pieces(T: int, B: int, D: int, H: int,
   x = rng.normal([B, T, D])
   layer = tf_recurrent.LSTM(H, return_sequences=True)
   layer.build((B, T, D))
+  lean = tf_recurrent.LSTM(H, return_sequences=True, recompute=True)
+  lean.build((B, T, D))
+  lean.set_weights(layer.get_weights())
   kernel, recurrent_kernel, bias = layer.trainable_weights
   time_major = tf.transpose(x, [1, 0, 2])
   zeros = tf.zeros([B, H])
@@ -59,10 +63,12 @@ def pieces(T: int, B: int, D: int, H: int,
     fn = tf.function(fn, jit_compile=jit)
     return lambda: tf.nest.map_structure(lambda t: t.numpy(), fn())
 
-  def whole_step():
-    with tf.GradientTape() as tape:
-      loss = tf.reduce_mean(tf.square(layer(x)))
-    return tape.gradient(loss, layer.trainable_weights)
+  def training_step(rnn):
+    def whole_step():
+      with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(rnn(x)))
+      return tape.gradient(loss, rnn.trainable_weights)
+    return whole_step
 
   def forward_only():
     return tf.reduce_mean(tf.square(layer(x)))
@@ -103,7 +109,8 @@ def pieces(T: int, B: int, D: int, H: int,
     return z[0, 0] + dk[0, 0] + dh[0, 0]
 
   return {
-      "tf_recurrent.LSTM, whole training step": compiled(whole_step),
+      "tf_recurrent.LSTM, whole training step": compiled(
+          training_step(layer)),
       "  its forward pass alone": compiled(forward_only),
       "  the op's loops with a trivial cell (fwd + bwd)": compiled(trivial_op),
       "  the hoisted input projection (fwd + bwd)": compiled(projection),
@@ -111,6 +118,8 @@ def pieces(T: int, B: int, D: int, H: int,
           stepwise_matmuls),
       "  3 recurrent matmuls batched over T (compute floor)": compiled(
           batched_matmuls),
+      "tf_recurrent.LSTM(recompute=True), whole training step (for "
+      "comparison)": compiled(training_step(lean)),
   }
 
 

@@ -230,3 +230,15 @@ def test_batch_major_needs_rank_two():
   with pytest.raises(ValueError, match=r"With time_major=False, inputs must "
                      r"have shape \[batch, T, ...\]"):
     tf_recurrent.recurrent({}, STATE, tf.ones([3]), cell, time_major=False)
+
+
+@pytest.mark.parametrize("accumulate_state,message", [
+    ({"h": 1}, r"accumulate_state\['h'\] must be a bool"),
+    ({"g": True}, r"accumulate_state does not match the structure of state0"),
+    ([True, False], r"accumulate_state does not match the structure of "
+     r"state0"),
+])
+def test_accumulate_state_not_bools_like_state0(accumulate_state, message):
+  with pytest.raises(ValueError, match=message):
+    tf_recurrent.recurrent({}, STATE, INPUTS, cell,
+                           accumulate_state=accumulate_state)

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 import tf_recurrent
+from tf_recurrent import cells
 from conftest import (assert_all_close, in_mode, loss_weights, static_unroll,
                       weighted_sum)
 from test_recurrent import elman_args, elman_cell, elman_grad
@@ -226,3 +227,56 @@ def test_float32_theta_gradient_accumulates_in_float32(mode, grad):
   dtheta = in_mode(mode, run)({"a": tf.constant(0.5)})
   assert dtheta["a"].dtype == tf.float32
   assert float(dtheta["a"]) == 512.0
+
+
+@pytest.mark.parametrize("grad", GRADS)
+@pytest.mark.parametrize("op_kwargs,ref_kwargs", [
+    ({}, {}),
+    ({"sequence_length": [4, 1, 6], "checkpoint_every": 2,
+      "time_major": False}, {"sequence_length": [4, 1, 6]}),
+], ids=["plain", "lengths_checkpoints_batch_major"])
+def test_accumulate_some_state_leaves(mode, grad, op_kwargs, ref_kwargs):
+  """Leaves not returned per step are None; gradients are unchanged."""
+  rng = np.random.default_rng(3)
+  batch, units = 3, 4
+  theta = {"recurrent_kernel": tf.constant(
+      rng.normal(size=[units, 4 * units]) * 0.5)}
+  state0 = {"h": tf.constant(rng.normal(size=[batch, units])),
+            "c": tf.constant(rng.normal(size=[batch, units]))}
+  inputs = tf.constant(rng.normal(size=[SEQ_LEN, batch, 4 * units]))
+  cell_grad = cells.lstm_grad if grad == "hand_written" else None
+  weights = ({"h": loss_weights(tf.zeros([SEQ_LEN, batch, units]), 1),
+              "c": None}, loss_weights(state0, 2))
+  batch_major = not op_kwargs.get("time_major", True)
+
+  def op(t, s, x):
+    if batch_major:
+      x = tf.transpose(x, [1, 0, 2])
+    acc, final = tf_recurrent.recurrent(
+        t, s, x, cells.lstm_step, cell_grad,
+        accumulate_state={"h": True, "c": False}, **op_kwargs)
+    assert acc["c"] is None
+    if batch_major:
+      acc = {"h": tf.transpose(acc["h"], [1, 0, 2]), "c": None}
+    return acc, final
+
+  def ref(t, s, x):
+    acc, final = static_unroll(t, s, x, cells.lstm_step, **ref_kwargs)
+    return {"h": acc["h"], "c": None}, final
+
+  got = in_mode(mode, lambda *a: loss_and_grads(op, *a, weights))(
+      theta, state0, inputs)
+  want = loss_and_grads(ref, theta, state0, inputs, weights)
+  assert_all_close(got, want, tol=1e-9)
+
+
+@pytest.mark.parametrize("seq_len", [1, 4])
+def test_accumulate_no_state_leaf(seq_len):
+  """A structure of all False returns a structure of Nones (one step or
+  many), not None."""
+  theta, state0, inputs = elman_args(seq_len)
+  acc, final = tf_recurrent.recurrent(theta, state0, inputs, elman_cell,
+                                      accumulate_state={"h": False})
+  _, want = static_unroll(theta, state0, inputs, elman_cell)
+  assert acc == {"h": None}
+  assert_all_close(final, want, tol=1e-12)

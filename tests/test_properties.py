@@ -46,7 +46,7 @@ def structures(draw, leaf_count):
     example_lengths=st.lists(st.integers(0, 6), min_size=BATCH,
                              max_size=BATCH) | st.none(),
     checkpoint_every=st.sampled_from([None, 1, 2, 3, "sqrt"]),
-    accumulate_state=st.booleans(),
+    accumulate_state=st.sampled_from([True, False, "per_leaf"]),
     nonlinearity=st.sampled_from(["tanh", "sin", "square"]),
     seed=st.integers(0, 2**16))
 def test_matches_static_unroll(state_struct, input_struct, seq_len, length_cut,
@@ -63,6 +63,9 @@ def test_matches_static_unroll(state_struct, input_struct, seq_len, length_cut,
       input_struct)
   theta = {"mix": tf.constant(rng.normal(size=[num_state, dim, dim]) * 0.4),
            "in": tf.constant(rng.normal(size=[num_inputs, dim]) * 0.4)}
+  if accumulate_state == "per_leaf":
+    accumulate_state = tf.nest.map_structure(
+        lambda _: bool(rng.integers(2)), state_struct)
   act = {"tanh": tf.tanh, "sin": tf.sin, "square": lambda v: v * v * 0.3}[
       nonlinearity]
 
@@ -77,22 +80,32 @@ def test_matches_static_unroll(state_struct, input_struct, seq_len, length_cut,
   if example_lengths is not None:
     example_lengths = [min(n, seq_len) for n in example_lengths]
 
+  def masked(acc):
+    if isinstance(accumulate_state, bool):
+      return acc if accumulate_state else None
+    return tf.nest.map_structure(lambda a, keep: a if keep else None, acc,
+                                 accumulate_state)
+
   def run(op):
     with tf.GradientTape() as tape:
       tape.watch([theta, state0, inputs])
       acc, final = op()
-      rows = tf.nest.flatten(acc) if accumulate_state else []
+      rows = [a for a in tf.nest.flatten(acc) if a is not None]
       loss = sum(tf.reduce_sum(tf.sin(a)) for a in rows) + sum(
           tf.reduce_sum(f * f) for f in tf.nest.flatten(final))
-    return (acc if accumulate_state else None), final, tape.gradient(
-        loss, [theta, state0, inputs])
+    return acc, final, tape.gradient(loss, [theta, state0, inputs])
 
   got = run(lambda: tf_recurrent.recurrent(
       theta, state0, inputs, cell, max_input_length=num_steps,
       sequence_length=example_lengths, checkpoint_every=checkpoint_every,
       accumulate_state=accumulate_state))
-  want = run(lambda: static_unroll(theta, state0, inputs, cell, num_steps,
-                                   sequence_length=example_lengths))
-  if accumulate_state:
+
+  def reference():
+    acc, final = static_unroll(theta, state0, inputs, cell, num_steps,
+                               sequence_length=example_lengths)
+    return masked(acc), final
+
+  want = run(reference)
+  if accumulate_state is not False:
     tf.nest.assert_same_structure(got[0], state0)
   assert_all_close(got, want, tol=1e-9)

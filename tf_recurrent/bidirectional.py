@@ -17,6 +17,8 @@ from tf_recurrent import structs
 def _reverse_time(struct: Any, lengths: Optional[tf.Tensor]) -> Any:
   """Reverses every `[T, B, ...]` leaf along T, within each example's length."""
   def reverse(x):
+    if x is None:  # A state leaf not accumulated.
+      return None
     if lengths is None:
       return tf.reverse(x, [0])
     return tf.reverse_sequence(x, tf.cast(lengths, tf.int64), seq_axis=0,

@@ -175,9 +175,13 @@ class _RecurrentLoop:
     inputs = {"x": x}
     if mask is not None:
       inputs["mask"] = mask
-    acc, final = recurrent_lib.recurrent(
-        {}, {"cell": list(initial_state), "output": zero_output}, inputs,
-        cell_fn)
+    state0 = {"cell": list(initial_state), "output": zero_output}
+    # Only the outputs are read per step; the cell states' rows get no
+    # gradient tensor (see recurrent's accumulate_state).
+    per_step = {"cell": tf.nest.map_structure(lambda _: False, state0["cell"]),
+                "output": True}
+    acc, final = recurrent_lib.recurrent({}, state0, inputs, cell_fn,
+                                         accumulate_state=per_step)
     return acc["output"], list(final["cell"]), final["output"]
 
   def _fast_loop(self, x, initial_state, mask, training):
@@ -229,14 +233,17 @@ class _RecurrentLoop:
     else:
       inputs = cells.project_inputs(x, kernel, tf.cast(input_bias, dtype))
     state0 = tf.nest.map_structure(lambda s: tf.cast(s, dtype), state0)
+    # Only h is read per step; c's rows get no gradient tensor.
+    per_step = {"h": True, "c": False} if lstm else {"h": True}
     if mask is None:
-      acc, final = recurrent_lib.recurrent(theta, state0, inputs, step, grad)
+      acc, final = recurrent_lib.recurrent(theta, state0, inputs, step, grad,
+                                           accumulate_state=per_step)
       outputs = acc["h"]
     else:
       masked_step, masked_grad = cells.masked(step, grad)
       acc, final = recurrent_lib.recurrent(
           theta, state0, {"x": inputs, "mask": mask}, masked_step,
-          masked_grad)
+          masked_grad, accumulate_state=per_step)
       # Keras emits the previous output at a masked step (zeros before the
       # first unmasked one), or zeros with zero_output_for_mask.
       emitted = mask if self.zero_output_for_mask else tf.cast(

@@ -17,7 +17,7 @@ Per-example `sequence_length` and an early `stop_fn` act inside one step
 
 import dataclasses
 import math
-from typing import Any, Callable, List, Optional, Union
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 import tensorflow as tf
 
@@ -35,10 +35,14 @@ class Options:
   Attributes:
     use_tpu: Build for XLA whatever the tracing context says.
     accumulate_state: Return every step's state, not just the final one.
+    returned_rows: Per flat state leaf, whether its rows are returned (None:
+      all of them, when `accumulate_state`). Rows not returned are still
+      kept for the backward pass, but get no incoming gradient.
     checkpoint_every: None, a segment length k >= 1, or "sqrt".
   """
   use_tpu: bool = False
   accumulate_state: bool = True
+  returned_rows: Optional[Tuple[bool, ...]] = None
   checkpoint_every: Union[None, int, str] = None
 
 
@@ -71,7 +75,8 @@ def build(theta, state0, inputs, cell_fn, cell_grad, stop_fn,
 
   Returns:
     `(acc_state, final_state)`; `acc_state` is None unless
-    `options.accumulate_state`.
+    `options.accumulate_state`, and its leaves not in `options.returned_rows`
+    are None.
   """
   use_xla = bool(options.use_tpu) or accumulators.in_xla_context()
   program = _Program(theta, state0, inputs, cell_fn, cell_grad, stop_fn,
@@ -97,6 +102,9 @@ def build(theta, state0, inputs, cell_fn, cell_grad, stop_fn,
   # cell_grad's extras are recomputed per step instead of kept.
   recompute_extras = options.checkpoint_every is not None
   keep_extras = program.has_extras and not recompute_extras
+  returned = [options.accumulate_state and (
+      options.returned_rows is None or options.returned_rows[i])
+              for i in range(n_state)]
 
   @tf.custom_gradient
   def forward(*args):
@@ -137,10 +145,12 @@ def build(theta, state0, inputs, cell_fn, cell_grad, stop_fn,
             zip(row_accs.items(), handles)}
     acc_state = [kept[("acc", i)] for i in range(n_state)
                  ] if options.accumulate_state else []
+    returned_acc = [a for a, r in zip(acc_state, returned) if r]
 
     def grad_fn(*dys, variables=None):
-      d_acc = list(dys[:len(acc_state)]) or [None] * n_state
-      d_final = list(dys[len(acc_state):])
+      d_returned = iter(dys[:len(returned_acc)])
+      d_acc = [next(d_returned) if r else None for r in returned]
+      d_final = list(dys[len(returned_acc):])
       carry = program.initial_grad_carry(flat_t, flat_s0, flat_x, d_final,
                                          variables)
       if checkpoints:
@@ -159,11 +169,13 @@ def build(theta, state0, inputs, cell_fn, cell_grad, stop_fn,
                                      rows_zeroed, final, extras, d_acc, carry)
       return program.finish_grads(carry)
 
-    return acc_state + list(final), grad_fn
+    return returned_acc + list(final), grad_fn
 
   outs = forward(*(flat_theta + flat_state0 + flat_inputs + captured))
-  n_acc = n_state if options.accumulate_state else 0
-  acc_state = (tf.nest.pack_sequence_as(state0, outs[:n_acc])
+  n_acc = sum(returned)
+  acc_outs = iter(outs[:n_acc])
+  acc_state = (tf.nest.pack_sequence_as(
+      state0, [next(acc_outs) if r else None for r in returned])
                if options.accumulate_state else None)
   final_state = tf.nest.pack_sequence_as(state0, outs[n_acc:])
   return acc_state, final_state

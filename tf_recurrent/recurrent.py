@@ -44,7 +44,7 @@ def recurrent(theta: Any,
               *,
               sequence_length: Any = None,
               checkpoint_every: Union[None, int, str] = None,
-              accumulate_state: bool = True,
+              accumulate_state: Any = True,
               stop_fn: Optional[StopFn] = None,
               time_major: bool = True,
               seed: Any = None) -> Tuple[Any, Any]:
@@ -99,7 +99,11 @@ def recurrent(theta: Any,
       recomputed per step instead of stored.
     accumulate_state: Return every step's state (True) or only the final
       state (False, `acc_state` is None), which with `checkpoint_every`
-      makes memory sublinear in T.
+      makes memory sublinear in T. Or a structure of bools like `state0`:
+      only the True leaves are returned per step (the others are None in
+      `acc_state`). The backward pass still keeps every leaf's rows, but the
+      leaves not returned get no gradient tensor: TensorFlow would otherwise
+      pass a `[T, ...]` tensor of zeros for each one the loss does not read.
     stop_fn: Optional `(t, theta, state) -> scalar bool`, called before step
       t with the state entering it; True ends the loop before step t runs.
       Rows from the stop on are zeros.
@@ -111,7 +115,8 @@ def recurrent(theta: Any,
   Returns:
     `(acc_state, final_state)`: `acc_state` has the structure of `state0` with
     a leading `[T]` axis (or `[B, T]` when not `time_major`), row t being the
-    state after step t, or is None when `accumulate_state` is False;
+    state after step t, or is None when `accumulate_state` is False (a leaf
+    is None where a structure of bools says False);
     `final_state` is the state after the last step run.
 
   Raises:
@@ -121,7 +126,9 @@ def recurrent(theta: Any,
       `cell_grad` return structures, dtypes or shapes unlike their arguments
       (naming the leaf), if `stop_fn` returns anything but a scalar bool, if
       `max_input_length` or `sequence_length` is out of range or of the
-      wrong shape, if `checkpoint_every` is not an int >= 1 or "sqrt", or if
+      wrong shape, if `checkpoint_every` is not an int >= 1 or "sqrt", if
+      `accumulate_state` is neither a bool nor a structure of bools like
+      `state0` (naming the leaf), or if
       the default gradient cannot reproduce `cell_fn` (stateful randomness).
 
   Example:
@@ -145,6 +152,16 @@ def recurrent(theta: Any,
   ...     accumulate_state=False, checkpoint_every="sqrt")
   >>> final.numpy().tolist()
   [1.0, 3.0]
+
+  Only some state leaves per step:
+
+  >>> acc, _ = tf_recurrent.recurrent(
+  ...     theta=(), state0={"h": tf.zeros([]), "n": tf.zeros([])},
+  ...     inputs=tf.ones([3]), cell_fn=lambda _, s, x: (
+  ...         {"h": s["h"] + x, "n": s["n"] + 1.0}, []),
+  ...     accumulate_state={"h": True, "n": False})
+  >>> acc["h"].numpy().tolist(), acc["n"]
+  ([1.0, 2.0, 3.0], None)
   """
   for name, fn, optional in (("cell_fn", cell_fn, False),
                              ("cell_grad", cell_grad, True),
@@ -181,8 +198,10 @@ def _recurrent(theta, state0, inputs, cell_fn, cell_grad, extras,
   if sequence_length is not None:
     sequence_length = lengths_lib.check_sequence_length(
         sequence_length, state0, inputs, static_length)
+  returned_rows = _check_accumulate_state(accumulate_state, state0)
   options = loops.Options(
-      use_tpu=bool(use_tpu), accumulate_state=bool(accumulate_state),
+      use_tpu=bool(use_tpu), accumulate_state=any(returned_rows),
+      returned_rows=returned_rows,
       checkpoint_every=_check_checkpoint_every(checkpoint_every))
   if seed is not None:
     seed = tf.convert_to_tensor(seed)
@@ -213,8 +232,16 @@ def _recurrent(theta, state0, inputs, cell_fn, cell_grad, extras,
     acc_state, final_state = loops.build(
         theta, state0, inputs, cell_fn, cell_grad, stop_fn, step, options,
         max_input_length, sequence_length, seed)
-  if not options.accumulate_state:
+  if options.accumulate_state:
+    flat_acc = tf.nest.flatten(acc_state)
+  elif isinstance(accumulate_state, bool):
     return None, final_state
+  else:
+    flat_acc = [None] * len(returned_rows)
+  # The loops return None for leaves not asked for; the shortcuts do not.
+  acc_state = tf.nest.pack_sequence_as(state0, [
+      acc if returned else None
+      for acc, returned in zip(flat_acc, returned_rows)])
   if not time_major:
     acc_state = structs.swap_batch_and_time(acc_state, "acc_state")
   return acc_state, final_state
@@ -310,6 +337,24 @@ def _check_gradient_is_computable(step: probe_lib.StepProbe, cell_grad):
         f"cell_fn closes over tensors {names} that may need gradients; a "
         "custom cell_grad can only return gradients for theta, state0 and "
         "inputs. Pass them in theta.")
+
+
+def _check_accumulate_state(accumulate_state, state0) -> Tuple[bool, ...]:
+  """Which flat state leaves are returned per step, from a bool or a
+  structure of bools like state0."""
+  n_state = len(tf.nest.flatten(state0))
+  if isinstance(accumulate_state, bool):
+    return (accumulate_state,) * n_state
+  structs.check_same_structure(state0, accumulate_state, "state0",
+                               "accumulate_state")
+  flags = tf.nest.flatten(accumulate_state)
+  for path, flag in zip(structs.leaf_paths(accumulate_state,
+                                           "accumulate_state"), flags):
+    if not isinstance(flag, bool):
+      raise ValueError(
+          f"{path} must be a bool (return this state leaf per step or not); "
+          f"got {flag!r}.")
+  return tuple(flags)
 
 
 def _check_checkpoint_every(checkpoint_every):

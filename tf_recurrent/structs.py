@@ -194,7 +194,8 @@ def swap_batch_and_time(struct: Any, name: str) -> Any:
   """Transposes every leaf `[B, T, ...]` <-> `[T, B, ...]`.
 
   Args:
-    struct: A nested structure of tensors of rank >= 2.
+    struct: A nested structure of tensors of rank >= 2 (None leaves pass
+      through).
     name: The argument's name, for the error message.
 
   Returns:
@@ -204,6 +205,8 @@ def swap_batch_and_time(struct: Any, name: str) -> Any:
     ValueError: If a leaf has rank < 2, naming it.
   """
   def swap(path, x):
+    if x is None:  # A state leaf not accumulated.
+      return None
     if x.shape.rank is not None and x.shape.rank < 2:
       raise ValueError(
           f"With time_major=False, {path} must have shape [batch, T, ...]; "
