@@ -128,8 +128,8 @@ def recurrent(theta: Any,
       `max_input_length` or `sequence_length` is out of range or of the
       wrong shape, if `checkpoint_every` is not an int >= 1 or "sqrt", if
       `accumulate_state` is neither a bool nor a structure of bools like
-      `state0` (naming the leaf), or if
-      the default gradient cannot reproduce `cell_fn` (stateful randomness).
+      `state0` (naming the leaf), or if the default gradient cannot
+      reproduce `cell_fn` (stateful randomness).
 
   Example:
 
