@@ -66,7 +66,6 @@ FLOOR = "compute floor (3 matmuls, XLA)"
 # then fragment the heap. Pinning the threshold shows how much of a TF-mode
 # slope is that fragmentation rather than tensors alive at the peak.
 PINNED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "16384"}
-PINNED_MALLOC_TEXT = "MALLOC_MMAP_THRESHOLD_=16384"
 
 
 def _tf_step(name: str, T: int, B: int, D: int, H: int, jit: bool):
@@ -265,12 +264,13 @@ def main(argv):
     row["memory_vs_state"] = None if slope is None else slope / state_bytes
     line = (f"  {row['name']:45s} {'xla' if row['xla'] else 'tf ':3s} "
             f"{'failed' if slope is None else f'{slope / state_bytes:6.2f}x state'}")
-    if not row["xla"] and not row["name"].startswith("jax"):
+    if not row["xla"]:
       pinned = measure_memory(row["name"], row["xla"], PINNED_MALLOC)
       row["memory_vs_state_pinned_malloc"] = (
           None if pinned is None else pinned[0] / state_bytes)
       if pinned is not None:
-        line += f" ({pinned[0] / state_bytes:.2f}x with {PINNED_MALLOC_TEXT})"
+        line += (f" ({pinned[0] / state_bytes:.2f}x with "
+                 f"{' '.join(f'{k}={v}' for k, v in PINNED_MALLOC.items())})")
     print(line, flush=True)
   os.makedirs(FLAGS.out_dir, exist_ok=True)
   with open(os.path.join(FLAGS.out_dir, "results.json"), "w") as f:
