@@ -49,9 +49,8 @@ flags.DEFINE_string("out_dir", os.path.dirname(os.path.abspath(__file__)),
                     "Where to write the results.")
 flags.DEFINE_string("memory_child", "", "Internal: measure one case and exit.")
 flags.DEFINE_bool("merge", False,
-                  "Keep the timings of results.json in --out_dir for the "
-                  "cases not named by --only; re-time those named, and "
-                  "re-measure memory for all.")
+                  "Keep the timings and memory of results.json in --out_dir "
+                  "for the cases not named by --only; measure those named.")
 
 KERAS_LSTM = "keras.layers.LSTM"
 LEAN_LSTM = "tf_recurrent.LSTM(recompute=True)"
@@ -59,6 +58,10 @@ TF_IMPLS = ["tf_recurrent.recurrent (default cell_grad)",
             "tf_recurrent.RNN(LSTMCell)", "tf_recurrent.LSTM", LEAN_LSTM,
             KERAS_LSTM,
             "tf.scan", "tf.while_loop + TensorArray"]
+# The fastest layer and Keras under Keras's mixed_bfloat16 policy: bfloat16
+# compute, float32 weights (and float32 weight gradients).
+MIXED = " (mixed_bfloat16)"
+MIXED_IMPLS = ["tf_recurrent.LSTM" + MIXED, KERAS_LSTM + MIXED]
 JAX_IMPLS = ["jax lax.scan", "jax lax.scan + checkpoint"]
 FLOOR = "compute floor (3 matmuls, XLA)"
 # The TF executor allocates each tensor with glibc malloc, whose mmap
@@ -102,8 +105,13 @@ def _tf_step(name: str, T: int, B: int, D: int, H: int, jit: bool):
                                       time_major, cell_fn,
                                       accumulate_state={"h": True, "c": False})
       return acc["h"]
-  elif name in ("tf_recurrent.RNN(LSTMCell)", "tf_recurrent.LSTM", LEAN_LSTM,
-                KERAS_LSTM):
+  elif name.removesuffix(MIXED) in ("tf_recurrent.RNN(LSTMCell)",
+                                    "tf_recurrent.LSTM", LEAN_LSTM,
+                                    KERAS_LSTM):
+    # A layer keeps the policy it was made under.
+    keras.mixed_precision.set_global_policy(
+        "mixed_bfloat16" if name.endswith(MIXED) else "float32")
+    name = name.removesuffix(MIXED)
     if name == "tf_recurrent.RNN(LSTMCell)":
       layer = tf_recurrent.RNN(keras.layers.LSTMCell(H), return_sequences=True)
     elif name == "tf_recurrent.LSTM":
@@ -112,6 +120,7 @@ def _tf_step(name: str, T: int, B: int, D: int, H: int, jit: bool):
       layer = tf_recurrent.LSTM(H, return_sequences=True, recompute=True)
     else:
       layer = keras.layers.LSTM(H, return_sequences=True, use_cudnn=False)
+    keras.mixed_precision.set_global_policy("float32")
     layer.build((B, T, D))
     weights = layer.trainable_weights
 
@@ -138,7 +147,7 @@ def _tf_step(name: str, T: int, B: int, D: int, H: int, jit: bool):
   @tf.function(jit_compile=jit)
   def step():
     with tf.GradientTape() as tape:
-      loss = tf.reduce_mean(tf.square(outputs()))
+      loss = tf.reduce_mean(tf.square(tf.cast(outputs(), tf.float32)))
     return tape.gradient(loss, weights)
 
   return lambda: [g.numpy() for g in step()]
@@ -174,7 +183,8 @@ def build_step(name: str, T: int, B: int, D: int, H: int,
 
 def cases() -> List[tuple]:
   """(implementation, jit) pairs to run; JAX only when installed."""
-  out = [(name, jit) for name in TF_IMPLS for jit in (False, True)]
+  out = [(name, jit) for name in TF_IMPLS + MIXED_IMPLS
+         for jit in (False, True)]
   try:
     import jax  # pylint: disable=g-import-not-at-top,unused-import
     out += [(name, True) for name in JAX_IMPLS]
@@ -256,6 +266,10 @@ def main(argv):
   print(f"memory per step: H={FLAGS.memory_hidden}, state {state_bytes} B/step")
   for row in results["rows"]:
     if row["name"] == FLOOR:
+      continue
+    kept = previous.get((row["name"], row["xla"]), {})
+    if FLAGS.merge and row["name"] not in only and "peak_rss_bytes" in kept:
+      row.update({k: v for k, v in kept.items() if k != "us_per_step"})
       continue
     slope = measure_memory(row["name"], row["xla"])
     row["memory_bytes_per_step"] = slope[0] if slope else None

@@ -5,6 +5,7 @@ from typing import Dict, List, Optional
 
 KERAS = "keras.layers.LSTM"
 FASTEST = "tf_recurrent.LSTM"
+MIXED = " (mixed_bfloat16)"
 FLOOR_PREFIX = "compute floor"
 
 
@@ -105,6 +106,19 @@ def targets(results: dict) -> List[str]:
     if f:
       out.append(f"- T={t}: {FASTEST} is {best / f:.2f}x the compute floor "
                  f"(target <= 1.6x): {verdict(best / f <= 1.6)}.")
+  for xla in (False, True):
+    ours, peer = _row(rows, FASTEST + MIXED, xla), _row(rows, KERAS + MIXED, xla)
+    mode = "XLA" if xla else "TF"
+    for t in lengths:
+      a, b = _time(ours, t), _time(peer, t)
+      if a and b:
+        out.append(f"- mixed_bfloat16, {mode}, T={t}: {FASTEST} {a:.0f} "
+                   f"us/step vs Keras under the same policy {b:.0f}: "
+                   f"{a / b:.2f}x the time.")
+    a, b = (r.get("memory_vs_state") if r else None for r in (ours, peer))
+    if a is not None and b is not None:
+      out.append(f"- mixed_bfloat16, {mode}, memory: {FASTEST} {a:.2f}x the "
+                 f"float32 state per step vs Keras {b:.2f}x.")
   for row in rows:
     ratio = row.get("memory_vs_state")
     if row["name"].startswith("tf_recurrent") and ratio is not None:

@@ -1,4 +1,5 @@
-"""Shared fixtures: execution modes and the static-unroll reference."""
+"""Shared fixtures and oracles: execution modes, the static-unroll reference,
+the Elman test cell, and the numerical-gradient check."""
 
 import os
 
@@ -93,3 +94,44 @@ def assert_all_close(actual, expected, tol=1e-6):
       a, e = (np.zeros_like(e) if a is None else a,
               np.zeros_like(a) if e is None else e)
     np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=tol, atol=tol)
+
+
+# The Elman cell (h = tanh(x W + h U + b)) with a hand-written gradient: the
+# shared test case of the op's tests.
+
+
+def elman_cell(theta, state, x):
+  h = tf.tanh(tf.matmul(x, theta["w"]) + tf.matmul(state["h"], theta["u"]) +
+              theta["b"])
+  return {"h": h}, {"h": h}
+
+
+def elman_grad(theta, state, x, extras, dstate1):
+  dpre = dstate1["h"] * (1 - tf.square(extras["h"]))
+  dtheta = {
+      "w": tf.matmul(x, dpre, transpose_a=True),
+      "u": tf.matmul(state["h"], dpre, transpose_a=True),
+      "b": tf.reduce_sum(dpre, 0),
+  }
+  return (dtheta, {"h": tf.matmul(dpre, theta["u"], transpose_b=True)},
+          tf.matmul(dpre, theta["w"], transpose_b=True))
+
+
+def elman_args(seq_len, dtype=tf.float64, batch=3, dim_in=4, dim_h=5, seed=0):
+  rng = np.random.default_rng(seed)
+  theta = {
+      "w": tf.constant(rng.normal(size=[dim_in, dim_h]) * 0.5, dtype),
+      "u": tf.constant(rng.normal(size=[dim_h, dim_h]) * 0.5, dtype),
+      "b": tf.constant(rng.normal(size=[dim_h]), dtype),
+  }
+  state0 = {"h": tf.constant(rng.normal(size=[batch, dim_h]), dtype)}
+  inputs = tf.constant(rng.normal(size=[seq_len, batch, dim_in]), dtype)
+  return theta, state0, inputs
+
+
+def assert_numerical_gradients(loss, sources, tol=1e-6):
+  """`loss(*sources)`'s gradients against finite differences (float64)."""
+  theoretical, numerical = tf.test.compute_gradient(loss, sources,
+                                                    delta=1e-6)
+  for a, n in zip(theoretical, numerical):
+    np.testing.assert_allclose(a, n, rtol=tol, atol=tol)

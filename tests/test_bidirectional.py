@@ -5,8 +5,8 @@ import pytest
 import tensorflow as tf
 
 import tf_recurrent
-from conftest import assert_all_close, in_mode, static_unroll
-from test_recurrent import elman_args, elman_cell, elman_grad
+from conftest import (assert_all_close, elman_args, elman_cell, elman_grad,
+                      in_mode, static_unroll)
 
 SEQ_LEN = 5
 

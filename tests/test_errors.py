@@ -1,5 +1,6 @@
 """Bad input is rejected before any loop runs, naming the part at fault."""
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -104,14 +105,6 @@ def test_max_input_length_out_of_range(length):
     tf_recurrent.recurrent({}, STATE, INPUTS, cell, max_input_length=length)
 
 
-def test_max_input_length_tensor_out_of_range_at_run_time():
-  run = tf.function(lambda n: tf_recurrent.recurrent(
-      {}, STATE, INPUTS, cell, max_input_length=n))
-  with pytest.raises(tf.errors.InvalidArgumentError,
-                     match="max_input_length exceeds"):
-    run(tf.constant(5))
-
-
 def test_stateful_random_op_rejected_under_default_gradient():
   def noisy(theta, state, x):
     return {"h": state["h"] + tf.nn.dropout(x, 0.5)}, []
@@ -185,20 +178,62 @@ def test_sequence_length_needs_a_batch_axis_on_inputs():
                            sequence_length=[1, 2])
 
 
-def test_sequence_length_checked_at_run_time():
-  @tf.function(input_signature=[tf.TensorSpec([2], tf.int32)])
-  def run(lengths):
-    return tf_recurrent.recurrent({}, STATE, INPUTS, cell,
-                                  sequence_length=lengths)[1]
+def run_with_values_known_at_run_time(graph, build, specs, values):
+  """`build(*tensors)` with its arguments fed only when the graph runs.
 
-  run(tf.constant([3, 0]))
+  graph: "function" (a tf.function with an input signature) or "tf1" (a
+  `tf.compat.v1` graph, placeholders and a Session, as Lingvo runs).
+  """
+  if graph == "function":
+    return tf.function(build, input_signature=specs)(*values)
+  with tf.Graph().as_default():
+    placeholders = [tf.compat.v1.placeholder(s.dtype, s.shape) for s in specs]
+    result = build(*placeholders)
+    with tf.compat.v1.Session() as session:
+      return session.run(result, dict(zip(placeholders, values)))
+
+
+RUN_TIME_CHECKS = [
+    # (keyword, value fed, message); T=3, batch 2.
+    ("max_input_length", 5, "max_input_length exceeds T, the number of steps "
+     "of the inputs"),
+    ("max_input_length", -1, "max_input_length must be >= 0"),
+    ("sequence_length", [4, 0], "sequence_length exceeds T, the number of "
+     "steps of the inputs"),
+    ("sequence_length", [-1, 0], "sequence_length must be >= 0"),
+]
+
+
+@pytest.mark.parametrize("graph", ["function", "tf1"])
+@pytest.mark.parametrize("keyword,value,message", RUN_TIME_CHECKS)
+def test_values_known_at_run_time_are_checked(graph, keyword, value, message):
+  spec = tf.TensorSpec([2] if keyword == "sequence_length" else [], tf.int32)
+
+  def build(argument):
+    return tf_recurrent.recurrent({}, {"h": tf.zeros([2])}, tf.ones([3, 2]),
+                                  cell, **{keyword: argument})[1]
+
+  good = [3, 0] if keyword == "sequence_length" else 3
+  final = run_with_values_known_at_run_time(graph, build, [spec], [good])
+  np.testing.assert_allclose(final["h"], [3, 0] if keyword ==
+                             "sequence_length" else [3, 3])
+  with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+    run_with_values_known_at_run_time(graph, build, [spec], [value])
+
+
+@pytest.mark.parametrize("graph", ["function", "tf1"])
+def test_inputs_disagreeing_on_t_at_run_time(graph):
+  specs = [tf.TensorSpec([None, 2], tf.float32)] * 2
+
+  def build(x, y):
+    return tf_recurrent.recurrent(
+        {}, {"h": tf.zeros([2])}, {"x": x, "y": y},
+        lambda t, s, inp: ({"h": s["h"] + inp["x"] + inp["y"]}, []))[1]
+
   with pytest.raises(tf.errors.InvalidArgumentError,
-                     match="sequence_length exceeds T, the number of steps "
-                     "of the inputs"):
-    run(tf.constant([4, 0]))
-  with pytest.raises(tf.errors.InvalidArgumentError,
-                     match="sequence_length must be >= 0"):
-    run(tf.constant([-1, 0]))
+                     match="inputs disagree on the number of steps T"):
+    run_with_values_known_at_run_time(graph, build, specs,
+                                      [np.ones([3, 2]), np.ones([4, 2])])
 
 
 @pytest.mark.parametrize("every", [0, -2, 1.5, "log", True])

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import tf_recurrent
 from tf_recurrent import cells
-from tf_recurrent import layers as layers_lib
+from tf_recurrent import op as op_lib
 
 B, T, D, H = 3, 6, 4, 5
 
@@ -252,14 +252,13 @@ def test_fast_path_picked_automatically(monkeypatch, layer_name, cell_kwargs,
                                         fast):
   """The built-in gradient runs; with recompute the op sees raw inputs."""
   widths = []
-  recurrent_lib = layers_lib.recurrent_lib  # The module, not the function.
-  original_recurrent = recurrent_lib.recurrent
+  original_recurrent = op_lib.recurrent
 
   def recording_recurrent(theta, state0, inputs, *args, **kwargs):
     widths.append(tf.nest.flatten(inputs)[0].shape[-1])
     return original_recurrent(theta, state0, inputs, *args, **kwargs)
 
-  monkeypatch.setattr(recurrent_lib, "recurrent", recording_recurrent)
+  monkeypatch.setattr(op_lib, "recurrent", recording_recurrent)
   calls = []
   grad_name = f"{layer_name.lower()}_grad"
   original = getattr(cells, grad_name)
@@ -332,3 +331,66 @@ def test_mixed_bfloat16_policy_matches_keras(cell_name, recompute):
     u, v = (np.asarray(tf.cast(a, tf.float32)) for a in (u, v))
     np.testing.assert_allclose(u, v, rtol=0.05,
                                atol=0.05 * np.abs(v).max())
+
+
+def keras_unroll(cell_name, weights, x, compute_dtype):
+  """Keras's LSTM / GRU (reset_after) equations as a Python loop over steps.
+
+  The float32 weights are cast to the compute dtype inside every step, so
+  autodiff sums their per-step gradients in float32: what a drop-in must
+  match under a mixed-precision policy. Returns the outputs `[B, T, H]`.
+  """
+  kernel, recurrent_kernel, bias = weights
+  x = tf.cast(x, compute_dtype)
+  batch, units = x.shape[0], recurrent_kernel.shape[0]
+  h = tf.zeros([batch, units], compute_dtype)
+  c = tf.zeros([batch, units], compute_dtype)
+  outputs = []
+  for t in range(x.shape[1]):
+    w, u, b = (tf.cast(v, compute_dtype) for v in
+               (kernel, recurrent_kernel, bias))
+    if cell_name == "lstm":
+      z = x[:, t] @ w + h @ u + b
+      zi, zf, zc, zo = tf.split(z, 4, axis=-1)
+      c = tf.sigmoid(zf) * c + tf.sigmoid(zi) * tf.tanh(zc)
+      h = tf.sigmoid(zo) * tf.tanh(c)
+    else:
+      xz, xr, xh = tf.split(x[:, t] @ w + b[0], 3, axis=-1)
+      rz, rr, rh = tf.split(h @ u + b[1], 3, axis=-1)
+      z, r = tf.sigmoid(xz + rz), tf.sigmoid(xr + rr)
+      h = z * h + (1.0 - z) * tf.tanh(xh + r * rh)
+    outputs.append(h)
+  return tf.stack(outputs, axis=1)
+
+
+@pytest.mark.parametrize("cell_name", ["lstm", "gru"])
+@pytest.mark.parametrize("recompute", [False, True])
+def test_mixed_bfloat16_weight_gradients_sum_in_float32(cell_name,
+                                                        recompute):
+  """Issue 19: at T=1024 the weights' gradients are summed over the steps in
+  float32, as a Python unroll with per-step casts sums them."""
+  batch, steps, dim, units = 4, 1024, 3, 4
+  x = tf.random.stateless_uniform([batch, steps, dim], seed=[3, 4],
+                                  minval=0.5, maxval=1.0)
+  layer_cls = tf_recurrent.LSTM if cell_name == "lstm" else tf_recurrent.GRU
+  keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  try:
+    layer = layer_cls(units, return_sequences=True, recompute=recompute)
+    layer.build((batch, steps, dim))
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_sum(tf.cast(layer(x), tf.float32))
+    got = tape.gradient(loss, layer.trainable_weights)
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
+  weights = [tf.constant(w) for w in layer.get_weights()]
+  assert [w.dtype for w in weights] == [tf.float32] * 3
+  with tf.GradientTape() as tape:
+    tape.watch(weights)
+    loss = tf.reduce_sum(tf.cast(
+        keras_unroll(cell_name, weights, x, tf.bfloat16), tf.float32))
+  want = tape.gradient(loss, weights)
+  for name, g, w in zip(("kernel", "recurrent_kernel", "bias"), got, want):
+    assert g.dtype == tf.float32, name
+    scale = np.abs(w).max()
+    error = np.abs(np.asarray(g) - np.asarray(w)).max() / scale
+    assert error < 0.005, (name, error)

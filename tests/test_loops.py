@@ -8,9 +8,9 @@ import tensorflow as tf
 
 import tf_recurrent
 from tf_recurrent import cells
-from conftest import (assert_all_close, in_mode, loss_weights, static_unroll,
-                      weighted_sum)
-from test_recurrent import elman_args, elman_cell, elman_grad
+from conftest import (assert_all_close, assert_numerical_gradients, elman_args,
+                      elman_cell, elman_grad, in_mode, loss_weights,
+                      static_unroll, weighted_sum)
 
 SEQ_LEN = 6
 GRADS = {"autodiff": None, "hand_written": elman_grad}
@@ -143,10 +143,7 @@ def test_numerical_gradients_with_lengths_and_checkpoints():
         sequence_length=[3, 5], checkpoint_every=2, accumulate_state=False)
     return tf.reduce_sum(tf.sin(final["h"]))
 
-  theoretical, numerical = tf.test.compute_gradient(
-      loss, [theta["w"], state0["h"], inputs], delta=1e-6)
-  for a, n in zip(theoretical, numerical):
-    np.testing.assert_allclose(a, n, rtol=1e-6, atol=1e-6)
+  assert_numerical_gradients(loss, [theta["w"], state0["h"], inputs])
 
 
 def test_sqrt_segments_run_in_one_extra_forward_pass():

@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 import tf_recurrent
-from tf_recurrent import cell_grad as cell_grad_lib
-from conftest import (MODES, assert_all_close, in_mode, loss_weights,
+from conftest import (MODES, assert_all_close, assert_numerical_gradients,
+                      elman_args, elman_cell, elman_grad, in_mode, loss_weights,
                       static_unroll, weighted_sum)
 
 Theta = collections.namedtuple("Theta", "x")
@@ -41,35 +41,6 @@ def test_polynomial_matches_upstream(mode):
   assert isinstance(acc, dict)
   assert float(dx) == 14.0
   np.testing.assert_allclose(dcoeff, [1, 2, 4])
-
-
-def elman_cell(theta, state, x):
-  h = tf.tanh(tf.matmul(x, theta["w"]) + tf.matmul(state["h"], theta["u"]) +
-              theta["b"])
-  return {"h": h}, {"h": h}
-
-
-def elman_grad(theta, state, x, extras, dstate1):
-  dpre = dstate1["h"] * (1 - tf.square(extras["h"]))
-  dtheta = {
-      "w": tf.matmul(x, dpre, transpose_a=True),
-      "u": tf.matmul(state["h"], dpre, transpose_a=True),
-      "b": tf.reduce_sum(dpre, 0),
-  }
-  return (dtheta, {"h": tf.matmul(dpre, theta["u"], transpose_b=True)},
-          tf.matmul(dpre, theta["w"], transpose_b=True))
-
-
-def elman_args(seq_len, dtype=tf.float64, batch=3, dim_in=4, dim_h=5, seed=0):
-  rng = np.random.default_rng(seed)
-  theta = {
-      "w": tf.constant(rng.normal(size=[dim_in, dim_h]) * 0.5, dtype),
-      "u": tf.constant(rng.normal(size=[dim_h, dim_h]) * 0.5, dtype),
-      "b": tf.constant(rng.normal(size=[dim_h]), dtype),
-  }
-  state0 = {"h": tf.constant(rng.normal(size=[batch, dim_h]), dtype)}
-  inputs = tf.constant(rng.normal(size=[seq_len, batch, dim_in]), dtype)
-  return theta, state0, inputs
 
 
 def value_and_grads(run_op, theta, state0, inputs, weights):
@@ -109,10 +80,8 @@ def test_numerical_gradients_float64():
                                         {"h": h0}, x, elman_cell)
     return tf.reduce_sum(acc["h"] * acc["h"]) + tf.reduce_sum(final["h"])
 
-  theoretical, numerical = tf.test.compute_gradient(
-      loss, [theta["w"], theta["u"], state0["h"], inputs], delta=1e-6)
-  for a, n in zip(theoretical, numerical):
-    np.testing.assert_allclose(a, n, rtol=1e-6, atol=1e-6)
+  assert_numerical_gradients(loss,
+                             [theta["w"], theta["u"], state0["h"], inputs])
 
 
 def test_numerical_gradients_with_hand_written_grad_and_length():
@@ -124,10 +93,7 @@ def test_numerical_gradients_with_hand_written_grad_and_length():
                                     max_input_length=tf.constant(3))
     return tf.reduce_sum(tf.sin(acc["h"]))
 
-  theoretical, numerical = tf.test.compute_gradient(
-      loss, [theta["w"], state0["h"], inputs], delta=1e-6)
-  for a, n in zip(theoretical, numerical):
-    np.testing.assert_allclose(a, n, rtol=1e-6, atol=1e-6)
+  assert_numerical_gradients(loss, [theta["w"], state0["h"], inputs])
 
 
 @pytest.mark.parametrize("length_kind", ["python", "tensor"])
@@ -212,6 +178,74 @@ def test_eager_calls_reuse_one_trace():
     tf_recurrent.recurrent(theta, state0, inputs, cell)
   # Each eager call traces one step to check it, but never the loops again.
   assert len(traces) - first == 3
+
+
+def test_eager_calls_with_new_closures_of_one_computation_reuse_one_trace():
+  """A fresh lambda per call (as the Keras layers make) computing the same
+  step on the same objects is not traced again."""
+  traces = []
+  theta, state0, inputs = elman_args(3)
+
+  def make_cell():
+    def cell(theta, state, x):
+      traces.append(1)
+      return elman_cell(theta, state, x)
+    return cell
+
+  tf_recurrent.recurrent(theta, state0, inputs, make_cell())
+  first = len(traces)
+  for _ in range(3):
+    tf_recurrent.recurrent(theta, state0, inputs, make_cell())
+  assert len(traces) - first == 3
+
+
+class ScaledCell:
+  """A cell object whose weight, scale and mode can change between calls."""
+
+  def __init__(self, weight):
+    self.w = tf.Variable(weight, dtype=tf.float64)
+    self.training = False
+
+  def __call__(self, theta, state, x):
+    if self.training:
+      x = x * 2.0
+    return state + x * self.w * SCALE, []
+
+
+SCALE = 1.0
+
+
+def eager_final_and_grad(cell, x):
+  with tf.GradientTape() as tape:
+    _, final = tf_recurrent.recurrent((), tf.constant(0.0, tf.float64), x,
+                                      cell.__call__)
+  return float(final), tape.gradient(final, cell.w)
+
+
+@pytest.mark.parametrize("change", ["variable", "python_global", "flag"])
+def test_eager_call_after_a_change_computes_what_the_cell_computes_now(
+    change):
+  """Issue 14 #2: an eager call must not reuse a trace of an older cell."""
+  global SCALE
+  x = tf.constant([1.0, 2.0, 3.0], tf.float64)
+  cell = ScaledCell(1.0)
+  assert eager_final_and_grad(cell, x)[0] == 6.0
+  try:
+    if change == "variable":
+      cell.w = tf.Variable(2.0, dtype=tf.float64)
+    elif change == "python_global":
+      SCALE = 2.0
+    else:
+      cell.training = True
+    final, grad = eager_final_and_grad(cell, x)
+    want_final, want_grad = 12.0, (6.0 if change == "variable" else 12.0)
+  finally:
+    SCALE = 1.0
+  assert final == want_final
+  assert grad is not None and float(grad) == want_grad
+  # And back: the first computation again.
+  cell = ScaledCell(1.0)
+  assert eager_final_and_grad(cell, x) == (6.0, 6.0)
 
 
 def test_integer_leaves_are_carried_without_gradients(mode):
@@ -326,63 +360,6 @@ def test_eager_closure_rebinding_is_not_stale():
     _, final = tf_recurrent.recurrent(
         {}, tf.zeros([2]), x, lambda t, st, xt: (st * s + xt, []))
     np.testing.assert_allclose(final, [1 + scale + scale**2] * 2)
-
-
-def dropout_cell(theta, state, x):
-  keep = tf.random.stateless_uniform(
-      tf.shape(x), seed=tf_recurrent.step_seed(), dtype=x.dtype) < 0.5
-  return tf.tanh(state * theta + tf.where(keep, 2.0 * x, tf.zeros_like(x))), []
-
-
-def test_step_seed_makes_recompute_match_forward(mode):
-  seed = tf.constant([7, 11])
-  theta = tf.constant(0.8, tf.float64)
-  x = tf.constant(np.random.default_rng(2).normal(size=[6, 50]))
-  h0 = tf.zeros([50], tf.float64)
-
-  def run(theta, x):
-    with tf.GradientTape() as tape:
-      tape.watch([theta, x])
-      acc, _ = tf_recurrent.recurrent(theta, h0, x, dropout_cell, seed=seed)
-      loss = tf.reduce_sum(acc * acc)
-    return acc, tape.gradient(loss, [theta, x])
-
-  acc, grads = in_mode(mode, run)(theta, x)
-
-  def reference(theta, x):
-    """Autodiff of the same forward, each step seeded as the op seeds it."""
-    with tf.GradientTape() as tape:
-      tape.watch([theta, x])
-      state, rows = h0, []
-      for t in range(6):
-        with cell_grad_lib.seeded_step(lambda: seed, t):
-          state, _ = dropout_cell(theta, state, x[t])
-        rows.append(state)
-      want_acc = tf.stack(rows)
-      loss = tf.reduce_sum(want_acc * want_acc)
-    return want_acc, tape.gradient(loss, [theta, x])
-
-  # XLA's stateless RNG draws other numbers than the CPU kernels, so the
-  # reference runs in the same mode.
-  want_acc, want_grads = in_mode(mode, reference)(theta, x)
-  np.testing.assert_allclose(acc, want_acc, rtol=1e-12)
-  assert_all_close(grads, want_grads, tol=1e-10)
-  dropped_inputs = np.asarray(grads[1]) == 0
-  assert 0.3 < dropped_inputs.mean() < 0.7
-
-
-def test_step_seed_draws_new_masks_per_call_without_seed():
-  x = tf.ones([2, 100])
-  a, _ = tf_recurrent.recurrent(tf.constant(0.0), tf.zeros([100]), x,
-                                dropout_cell)
-  b, _ = tf_recurrent.recurrent(tf.constant(0.0), tf.zeros([100]), x,
-                                dropout_cell)
-  assert not np.array_equal(a, b)
-
-
-def test_step_seed_outside_cell_fn_raises():
-  with pytest.raises(RuntimeError, match="outside a cell_fn"):
-    tf_recurrent.step_seed()
 
 
 def test_recurrent_alias_is_the_same_callable():

@@ -36,6 +36,21 @@ def test_leaf_mismatch_names_path_and_dtypes():
         "state0", "state1")
 
 
+def test_every_mismatching_leaf_is_listed_with_the_remedy():
+  expected = {"a": tf.zeros([2]), "b": tf.zeros([]), "c": tf.zeros([3])}
+  actual = {"a": tf.zeros([2], tf.float64), "b": tf.zeros([]),
+            "c": tf.zeros([4])}
+  with pytest.raises(ValueError) as error:
+    structs.check_leaves_match(expected, actual, "state0", "state1")
+  message = str(error.value)
+  assert message.startswith("state1 differs from state0 in 2 leaves: ")
+  assert "state0['a'] has dtype float64, expected float32" in message
+  assert "state0['c'] has shape (4,), expected (3,)" in message
+  assert "state0['b']" not in message
+  assert message.endswith("Return one tensor per leaf of state0, of its dtype "
+                          "(tf.cast) and a compatible static shape.")
+
+
 def test_none_allowed_only_when_asked():
   structs.check_leaves_match([tf.zeros([1])], [None], "theta", "dtheta",
                              allow_none=True)

@@ -15,12 +15,12 @@ TensorShape([5, 2, 4])
 """
 
 from tf_recurrent.bidirectional import bidirectional
-from tf_recurrent.cell_grad import step_seed
+from tf_recurrent.seeds import step_seed
 from tf_recurrent.layers import GRU
 from tf_recurrent.layers import LSTM
 from tf_recurrent.layers import RNN
-from tf_recurrent.recurrent import Recurrent
-from tf_recurrent.recurrent import recurrent
+from tf_recurrent.op import Recurrent
+from tf_recurrent.op import recurrent
 from tf_recurrent.serving import StreamingModule
 from tf_recurrent.serving import export as export_saved_model
 

@@ -10,7 +10,7 @@ from typing import Any, Optional, Tuple
 
 import tensorflow as tf
 
-from tf_recurrent import recurrent as recurrent_lib
+from tf_recurrent import op
 from tf_recurrent import structs
 
 
@@ -33,10 +33,10 @@ def bidirectional(theta_fw: Any,
                   state0_fw: Any,
                   state0_bw: Any,
                   inputs: Any,
-                  cell_fn_fw: recurrent_lib.CellFn,
-                  cell_fn_bw: recurrent_lib.CellFn,
-                  cell_grad_fw: Optional[recurrent_lib.CellGrad] = None,
-                  cell_grad_bw: Optional[recurrent_lib.CellGrad] = None,
+                  cell_fn_fw: op.CellFn,
+                  cell_fn_bw: op.CellFn,
+                  cell_grad_fw: Optional[op.CellGrad] = None,
+                  cell_grad_bw: Optional[op.CellGrad] = None,
                   *,
                   sequence_length: Any = None,
                   time_major: bool = True,
@@ -92,10 +92,10 @@ def bidirectional(theta_fw: Any,
   lengths = None
   if sequence_length is not None:
     lengths = tf.convert_to_tensor(sequence_length)
-  acc_fw, final_fw = recurrent_lib.recurrent(
+  acc_fw, final_fw = op.recurrent(
       theta_fw, state0_fw, inputs, cell_fn_fw, cell_grad_fw,
       sequence_length=lengths, time_major=True, **kwargs)
-  acc_bw, final_bw = recurrent_lib.recurrent(
+  acc_bw, final_bw = op.recurrent(
       theta_bw, state0_bw, _reverse_time(inputs, lengths), cell_fn_bw,
       cell_grad_bw, sequence_length=lengths, time_major=True, **kwargs)
   if acc_bw is not None:

@@ -14,13 +14,16 @@ Gate order follows Keras: LSTM `[i, f, c, o]`, GRU `[z, r, h]` with
 `reset_after=True`.
 
 Mixed precision: theta may stay float32 while states and inputs are bfloat16
-or float16. The steps cast theta to the state's dtype, so the op accumulates
-dtheta over the steps in theta's own float32.
+or float16. The steps cast theta to the state's dtype and the gradients
+return dtheta in theta's dtype, so the op accumulates dtheta over the steps
+in theta's own float32.
 """
 
 from typing import Any, Dict, Tuple
 
 import tensorflow as tf
+
+from tf_recurrent import masks
 
 Tensor = tf.Tensor
 
@@ -28,6 +31,12 @@ Tensor = tf.Tensor
 def _compute(weight: Tensor, like: Tensor) -> Tensor:
   """`weight` in the compute dtype of `like` (no-op when they agree)."""
   return tf.cast(weight, like.dtype)
+
+
+def _like(grad: Tensor, weight: Tensor) -> Tensor:
+  """A weight's gradient in the weight's own dtype (float32 theta of a
+  bfloat16 step): the op sums it over the steps in that dtype."""
+  return tf.cast(grad, weight.dtype)
 
 
 def project_inputs(inputs: Tensor, kernel: Tensor, bias: Tensor) -> Tensor:
@@ -111,7 +120,8 @@ def lstm_grad(theta: Dict[str, Tensor], state0: Dict[str, Tensor],
       dh1 * tanh_c1 * o * (1.0 - o),
   ], axis=-1)
   kernel = _compute(theta["recurrent_kernel"], dz)
-  dtheta = {"recurrent_kernel": tf.matmul(state0["h"], dz, transpose_a=True)}
+  dtheta = {"recurrent_kernel": _like(
+      tf.matmul(state0["h"], dz, transpose_a=True), theta["recurrent_kernel"])}
   dstate0 = {"h": tf.matmul(dz, kernel, transpose_b=True), "c": dc * f}
   return dtheta, dstate0, dz
 
@@ -176,8 +186,10 @@ def gru_grad(theta: Dict[str, Tensor], state0: Dict[str, Tensor],
   drecurrent = tf.concat([dz_pre, dr_pre, dhh_pre * r], axis=-1)
   kernel = _compute(theta["recurrent_kernel"], dh)
   dtheta = {
-      "recurrent_kernel": tf.matmul(h0, drecurrent, transpose_a=True),
-      "recurrent_bias": tf.reduce_sum(drecurrent, axis=0),
+      "recurrent_kernel": _like(tf.matmul(h0, drecurrent, transpose_a=True),
+                                theta["recurrent_kernel"]),
+      "recurrent_bias": _like(tf.reduce_sum(drecurrent, axis=0),
+                              theta["recurrent_bias"]),
   }
   dh0 = dh * z + tf.matmul(drecurrent, kernel, transpose_b=True)
   return dtheta, {"h": dh0}, dprojected
@@ -229,8 +241,10 @@ def recomputing(step, grad):
     dcell, dstate0, dprojected = grad(theta["cell"], state0, projected,
                                       step_extras, dstate1)
     dtheta = {"cell": dcell,
-              "kernel": tf.matmul(x_t, dprojected, transpose_a=True),
-              "bias": tf.reduce_sum(dprojected, axis=0)}
+              "kernel": _like(tf.matmul(x_t, dprojected, transpose_a=True),
+                              theta["kernel"]),
+              "bias": _like(tf.reduce_sum(dprojected, axis=0),
+                            theta["bias"])}
     kernel = _compute(theta["kernel"], dprojected)
     return dtheta, dstate0, tf.matmul(dprojected, kernel, transpose_b=True)
 
@@ -265,25 +279,21 @@ def masked(step, grad):
   True
   """
 
-  def expand(mask, like):
-    return tf.reshape(tf.cast(mask, like.dtype),
-                      tf.concat([tf.shape(mask), tf.ones([tf.rank(like) - 1],
-                                                          tf.int32)], 0))
-
   def masked_step(theta, state, inputs):
     new, extras = step(theta, state, inputs["x"])
     keep = inputs["mask"]
     carried = tf.nest.map_structure(
-        lambda n, o: tf.where(tf.cast(expand(keep, n), tf.bool), n, o), new,
-        state)
+        lambda n, o: masks.select(keep, n, o), new, state)
     return carried, extras
 
   def masked_grad(theta, state0, inputs, extras, dstate1):
     keep = inputs["mask"]
-    d_new = tf.nest.map_structure(lambda d: d * expand(keep, d), dstate1)
+    d_new = tf.nest.map_structure(lambda d: masks.zero_where_off(keep, d),
+                                  dstate1)
     dtheta, dstate0, dx = grad(theta, state0, inputs["x"], extras, d_new)
+    # A masked step passes its state, and so its gradient, straight through.
     dstate0 = tf.nest.map_structure(
-        lambda g, d: g + d * (1.0 - expand(keep, d)), dstate0, dstate1)
+        lambda g, d: masks.select(keep, g, g + d), dstate0, dstate1)
     return dtheta, dstate0, {"x": dx, "mask": None}
 
   return masked_step, masked_grad

@@ -17,21 +17,13 @@ getting gradients through the op's captured-variable support.
 from typing import Any, Optional
 
 import keras
+from keras.src import backend as keras_backend
 import tensorflow as tf
 
 from tf_recurrent import cells
-from tf_recurrent import recurrent as recurrent_lib
-
-
-def _time_major(x):
-  perm = [1, 0] + list(range(2, x.shape.rank))
-  return tf.transpose(x, perm)
-
-
-def _broadcast_mask(mask, like):
-  """A `[B]` bool mask reshaped to broadcast against `like` ([B, ...])."""
-  return tf.reshape(mask, tf.concat(
-      [tf.shape(mask), tf.ones([tf.rank(like) - 1], tf.int32)], 0))
+from tf_recurrent import masks
+from tf_recurrent import op
+from tf_recurrent import structs
 
 
 def _check_initial_state(layer, initial_state):
@@ -49,6 +41,18 @@ def _check_initial_state(layer, initial_state):
       raise ValueError(
           f"{layer.name}: initial_state[{i}] must have last dimension {size}; "
           f"got shape {tensor.shape}.")
+
+
+def _variable_dtype_value(variable) -> tf.Tensor:
+  """A Keras weight read in its own (variable) dtype.
+
+  Inside a layer's call under a mixed-precision policy Keras casts every
+  float weight it reads to the compute dtype. The built-in steps cast the
+  weights themselves, inside every step, so that the op sums their
+  gradients over the steps in the variable's float32, not in bfloat16.
+  """
+  with keras_backend.AutocastScope(None):
+    return tf.convert_to_tensor(variable)
 
 
 def _is_plain(cell, cell_type, **attrs) -> bool:
@@ -112,7 +116,7 @@ class _RecurrentLoop:
     """Runs the cell over time; returns (last_output, outputs, states)."""
     if tf.nest.is_nested(mask):
       mask = tf.nest.flatten(mask)[0]
-    x = tf.nest.map_structure(_time_major, sequences)
+    x = structs.swap_batch_and_time(sequences, "inputs")
     if mask is not None:
       mask = tf.convert_to_tensor(mask)
       if mask.shape.rank != 2:
@@ -136,7 +140,7 @@ class _RecurrentLoop:
     else:
       outputs, final_states, last_output = self._generic_loop(
           x, initial_state, mask, training)
-    outputs = tf.nest.map_structure(_time_major, outputs)
+    outputs = structs.swap_batch_and_time(outputs, "outputs")
     return last_output, outputs, final_states
 
   def _generic_loop(self, x, initial_state, mask, training):
@@ -166,10 +170,9 @@ class _RecurrentLoop:
         keep = inputs_t["mask"]
         fallback = (tf.zeros_like(output) if zero_output_for_mask
                     else state["output"])
-        output = tf.where(_broadcast_mask(keep, output), output, fallback)
+        output = masks.select(keep, output, fallback)
         new_states = tf.nest.map_structure(
-            lambda n, o: tf.where(_broadcast_mask(keep, n), n, o), new_states,
-            state["cell"])
+            lambda n, o: masks.select(keep, n, o), new_states, state["cell"])
       return {"cell": new_states, "output": output}, []
 
     inputs = {"x": x}
@@ -180,7 +183,7 @@ class _RecurrentLoop:
     # gradient tensor (see recurrent's accumulate_state).
     per_step = {"cell": tf.nest.map_structure(lambda _: False, state0["cell"]),
                 "output": True}
-    acc, final = recurrent_lib.recurrent({}, state0, inputs, cell_fn,
+    acc, final = op.recurrent({}, state0, inputs, cell_fn,
                                          accumulate_state=per_step)
     return acc["output"], list(final["cell"]), final["output"]
 
@@ -204,13 +207,13 @@ class _RecurrentLoop:
       # Keras applies one input-dropout mask, drawn per sequence, to all
       # gates; it was drawn before the loop (RNN.call).
       x = x * tf.cast(cell.get_dropout_mask(x[0]), dtype)
-    kernel = tf.cast(tf.convert_to_tensor(cell.kernel), dtype)
-    # The recurrent weights stay in their variable dtype: under a mixed
-    # precision policy the steps cast them, and the op sums their gradient
-    # over the steps in float32.
-    recurrent_kernel = tf.convert_to_tensor(cell.recurrent_kernel)
+    # The weights stay in their variable dtype: under a mixed precision
+    # policy the steps cast them, and the op sums their gradients over the
+    # steps in float32.
+    kernel = _variable_dtype_value(cell.kernel)
+    recurrent_kernel = _variable_dtype_value(cell.recurrent_kernel)
     if cell.use_bias:
-      bias = tf.convert_to_tensor(cell.bias)
+      bias = _variable_dtype_value(cell.bias)
     else:
       bias = tf.zeros([2, width] if step is cells.gru_step else [width],
                       recurrent_kernel.dtype)
@@ -224,24 +227,22 @@ class _RecurrentLoop:
       state0 = {"h": initial_state[0]}
     lstm = step is cells.lstm_step
     if self.recompute:
-      # The input kernel, like the recurrent one, stays in its variable dtype
-      # so that its gradient is summed over the steps in that dtype.
-      theta = {"cell": theta, "kernel": tf.convert_to_tensor(cell.kernel),
-               "bias": input_bias}
+      theta = {"cell": theta, "kernel": kernel, "bias": input_bias}
       step, grad = cells.recomputing(step, grad)
       inputs = x
     else:
-      inputs = cells.project_inputs(x, kernel, tf.cast(input_bias, dtype))
+      inputs = cells.project_inputs(x, tf.cast(kernel, dtype),
+                                    tf.cast(input_bias, dtype))
     state0 = tf.nest.map_structure(lambda s: tf.cast(s, dtype), state0)
     # Only h is read per step; c's rows get no gradient tensor.
     per_step = {"h": True, "c": False} if lstm else {"h": True}
     if mask is None:
-      acc, final = recurrent_lib.recurrent(theta, state0, inputs, step, grad,
+      acc, final = op.recurrent(theta, state0, inputs, step, grad,
                                            accumulate_state=per_step)
       outputs = acc["h"]
     else:
       masked_step, masked_grad = cells.masked(step, grad)
-      acc, final = recurrent_lib.recurrent(
+      acc, final = op.recurrent(
           theta, state0, {"x": inputs, "mask": mask}, masked_step,
           masked_grad, accumulate_state=per_step)
       # Keras emits the previous output at a masked step (zeros before the

@@ -3,11 +3,10 @@
 With `sequence_length`, example b runs steps `t < sequence_length[b]`; past
 its length its state is carried through unchanged and its accumulator rows
 are zeros, as in `tf.nn.dynamic_rnn`. Everything here works on one step: a
-`[B]` bool mask, broadcast against each leaf's batch axis (axis 0 of a state
-or of one step's input row).
+`[B]` bool mask, applied to each leaf's batch axis by `masks.py`.
 """
 
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -64,27 +63,23 @@ def check_sequence_length(sequence_length: Any, state0: Any, inputs: Any,
   return tf.cast(lengths, tf.int32)
 
 
-def assert_in_range(lengths: tf.Tensor, total_steps: tf.Tensor) -> None:
-  """Run-time range checks for lengths only known when the graph runs."""
-  tf.debugging.assert_non_negative(
-      lengths, message="sequence_length must be >= 0")
-  tf.debugging.assert_less_equal(
-      lengths, total_steps,
-      message="sequence_length exceeds T, the number of steps of the inputs")
+def assert_in_range(lengths: tf.Tensor, total_steps: tf.Tensor) -> List[Any]:
+  """Run-time range checks for lengths only known when the graph runs.
+
+  Returns:
+    The assertion ops (None entries when run eagerly), for the caller to
+    make its results depend on.
+  """
+  return [
+      tf.debugging.assert_non_negative(
+          lengths, message="sequence_length must be >= 0"),
+      tf.debugging.assert_less_equal(
+          lengths, total_steps,
+          message="sequence_length exceeds T, the number of steps of the "
+          "inputs"),
+  ]
 
 
 def step_mask(lengths: tf.Tensor, t) -> tf.Tensor:
   """`[B]` bools: which examples are still running at step t."""
   return tf.less(t, lengths)
-
-
-def select(mask: tf.Tensor, on: tf.Tensor, off: tf.Tensor) -> tf.Tensor:
-  """Per example b, `on[b]` where `mask[b]` else `off[b]` (batch axis 0)."""
-  shape = tf.concat([tf.shape(mask), tf.ones([on.shape.rank - 1], tf.int32)],
-                    0)
-  return tf.where(tf.reshape(mask, shape), on, off)
-
-
-def zero_where_done(mask: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
-  """`x` with the rows of finished examples (batch axis 0) set to zero."""
-  return select(mask, x, tf.zeros_like(x))

@@ -22,9 +22,11 @@ from typing import Any, Callable, List, Optional, Tuple, Union
 import tensorflow as tf
 
 from tf_recurrent import accumulators
-from tf_recurrent import cell_grad as cell_grad_lib
+from tf_recurrent import recompute
 from tf_recurrent import lengths as lengths_lib
+from tf_recurrent import masks
 from tf_recurrent import probe as probe_lib
+from tf_recurrent import seeds
 from tf_recurrent import structs
 
 
@@ -183,28 +185,39 @@ def build(theta, state0, inputs, cell_fn, cell_grad, stop_fn,
 
 def _step_limit(total_steps, flat_inputs, max_input_length, lengths,
                 use_xla):
-  """How many steps at most run: T, max_input_length, the longest length."""
+  """How many steps at most run: T, max_input_length, the longest length.
+
+  Values known only at run time are checked then (XLA has no run-time
+  assertions). The limit depends on those checks, so they run wherever the
+  loops do: in a TF1 graph, where no automatic control dependencies exist,
+  an assertion nothing depends on would never run.
+  """
   limit = total_steps
+  checks = []
   check_at_run_time = not use_xla
   if max_input_length is not None:
     limit = tf.cast(max_input_length, tf.int32)
     if check_at_run_time and tf.get_static_value(max_input_length) is None:
-      tf.debugging.assert_less_equal(
+      checks.append(tf.debugging.assert_less_equal(
           limit, total_steps,
-          message="max_input_length exceeds the inputs' number of steps T")
-      tf.debugging.assert_non_negative(
-          limit, message="max_input_length must be >= 0")
+          message="max_input_length exceeds T, the number of steps of the inputs"))
+      checks.append(tf.debugging.assert_non_negative(
+          limit, message="max_input_length must be >= 0"))
     limit = tf.clip_by_value(limit, 0, total_steps)
   if lengths is not None:
     if check_at_run_time and tf.get_static_value(lengths) is None:
-      lengths_lib.assert_in_range(lengths, total_steps)
+      checks += lengths_lib.assert_in_range(lengths, total_steps)
     limit = tf.minimum(limit, tf.reduce_max(
         tf.concat([lengths, [0]], 0)))
   if len(flat_inputs) > 1 and check_at_run_time:
     for x in flat_inputs[1:]:
-      tf.debugging.assert_equal(
+      checks.append(tf.debugging.assert_equal(
           tf.shape(x, out_type=tf.int32)[0], total_steps,
-          message="inputs disagree on the number of steps T")
+          message="inputs disagree on the number of steps T"))
+  checks = [c for c in checks if c is not None]  # None when run eagerly.
+  if checks:
+    with tf.control_dependencies(checks):
+      limit = tf.identity(limit)
   return limit
 
 
@@ -242,7 +255,7 @@ class _Program:
     self.use_xla = use_xla
     self.lengths = lengths
     self.has_extras = cell_grad is not None
-    source = seed_source(seed)
+    source = seeds.seed_source(seed)
     base_seed = source() if step.uses_step_seed else None
     self.seed_source = (lambda: base_seed) if base_seed is not None else (
         source)
@@ -261,7 +274,7 @@ class _Program:
 
   def call_cell(self, flat_t, flat_s, flat_x_t, t):
     """`cell_fn` on flat lists; returns flat (state1, extras)."""
-    with cell_grad_lib.seeded_step(self.seed_source, t):
+    with seeds.seeded_step(self.seed_source, t):
       state1, extras = self.cell_fn(*self.pack(flat_t, flat_s, flat_x_t))
     state1 = tf.nest.flatten(state1)
     for new, old in zip(state1, flat_s):
@@ -276,9 +289,9 @@ class _Program:
       return _StepOut(state1, state1, extras)
     running = lengths_lib.step_mask(self.lengths, t)
     return _StepOut(
-        [lengths_lib.select(running, new, old)
+        [masks.select(running, new, old)
          for new, old in zip(state1, state)],
-        [lengths_lib.zero_where_done(running, new) for new in state1],
+        [masks.zero_where_off(running, new) for new in state1],
         extras)
 
   def extras_templates(self, flat_t, flat_s0, flat_x):
@@ -358,13 +371,13 @@ class _Program:
     dcell = dstate1
     if self.lengths is not None:
       running = lengths_lib.step_mask(self.lengths, t)
-      dcell = [None if d is None else lengths_lib.zero_where_done(running, d)
+      dcell = [None if d is None else masks.zero_where_off(running, d)
                for d in dstate1]
     theta_, s_prev, x_t = self.pack(flat_t, state_prev, inputs_t)
-    with cell_grad_lib.seeded_step(self.seed_source, t):
+    with seeds.seeded_step(self.seed_source, t):
       if self.cell_grad is None:
         g_theta, g_state, g_inputs, g_captured, g_vars = (
-            cell_grad_lib.recompute_grad(self.cell_fn, theta_, s_prev, x_t,
+            recompute.recompute_grad(self.cell_fn, theta_, s_prev, x_t,
                                          dcell, self.captured, self.variables))
       else:
         if extras_t is None:  # Recomputed rather than kept.
@@ -381,9 +394,9 @@ class _Program:
     g_inputs = _dense(g_inputs, inputs_t, self.diff_inputs)
     if running is not None:
       # Finished examples pass their state gradient straight through.
-      g_state = [lengths_lib.select(running, g, d)
+      g_state = [masks.select(running, g, d)
                  for g, d in zip(g_state, carry.dstate)]
-      g_inputs = [lengths_lib.zero_where_done(running, g) for g in g_inputs]
+      g_inputs = [masks.zero_where_off(running, g) for g in g_inputs]
     return _GradCarry(
         dstate=g_state,
         dtheta=[a + g for a, g in zip(carry.dtheta, g_theta)],
@@ -423,7 +436,7 @@ class _Program:
       if rows_zeroed and self.lengths is not None:
         # A finished example's row is zeros; its state is its final state.
         ran = lengths_lib.step_mask(self.lengths, t - 1)
-        prev = [tf.where(tf.equal(t, 0), s0, lengths_lib.select(ran, p, f))
+        prev = [tf.where(tf.equal(t, 0), s0, masks.select(ran, p, f))
                 for p, f, s0 in zip(prev, final, flat_s0)]
       return prev
 
@@ -491,20 +504,6 @@ class _Program:
                    _scatter(self.diff_inputs, dinputs) +
                    list(carry.dcaptured))
     return input_grads, list(carry.dvars)
-
-
-def seed_source(seed) -> Callable[[], tf.Tensor]:
-  """A callable giving the base seed, drawn at most once."""
-  drawn = []
-
-  def source():
-    if seed is not None:
-      return seed
-    if not drawn:
-      drawn.append(tf.random.uniform([2], maxval=2**31 - 1, dtype=tf.int32))
-    return drawn[0]
-
-  return source
 
 
 def _scatter(flags, values) -> List[Optional[tf.Tensor]]:

@@ -14,11 +14,12 @@ to the caller's graph) tells the op, in one place:
 """
 
 import dataclasses
+import hashlib
 from typing import Any, Callable, List, Optional
 
 import tensorflow as tf
 
-from tf_recurrent import cell_grad as cell_grad_lib
+from tf_recurrent import seeds
 from tf_recurrent import structs
 
 # Op types whose result depends on hidden generator state.
@@ -56,6 +57,12 @@ class StepProbe:
     uses_step_seed: Whether `cell_fn` calls `tf_recurrent.step_seed()`.
     stateful_random_ops: Names of stateful random ops `cell_fn` creates.
     variable_writes: Names of ops by which `cell_fn` assigns to variables.
+    fingerprint: What the traced step computes: a digest of its graph (ops,
+      attributes, constants' values, shapes and dtypes, the functions it
+      calls) and the ids of every outer object it reads (tensors and
+      variable handles). Two calls with equal fingerprints run the same
+      computation on the same closed-over objects.
+    closure: Those outer objects; holding them keeps their ids unique.
   """
   extras: Any
   captured: List[tf.Tensor]
@@ -63,6 +70,8 @@ class StepProbe:
   uses_step_seed: bool
   stateful_random_ops: List[str]
   variable_writes: List[str]
+  fingerprint: Any = None
+  closure: List[Any] = dataclasses.field(default_factory=list)
 
 
 def _spec(x: tf.Tensor) -> tf.TensorSpec:
@@ -143,7 +152,7 @@ def probe_step(cell_fn: Callable[..., Any],
   def one_step(theta_, state0_, inputs_t):
     if stop_fn is not None:
       _check_stop_output(stop_fn(tf.constant(0), theta_, state0_))
-    with cell_grad_lib.seeded_step(lambda: tf.zeros([2], tf.int32), 0) as frame:
+    with seeds.seeded_step(lambda: tf.zeros([2], tf.int32), 0) as frame:
       state1, step_extras = _check_cell_output(
           cell_fn(theta_, state0_, inputs_t), state0_, extras)
     seed_used.append(frame.used)
@@ -162,8 +171,9 @@ def probe_step(cell_fn: Callable[..., Any],
     step_extras = tf.nest.map_structure(_spec, extras)
 
   graph = traced.graph
+  graph_def = graph.as_graph_def()
   op_types = [(op.type, op.name) for op in graph.get_operations()]
-  for fdef in graph.as_graph_def().library.function:
+  for fdef in graph_def.library.function:
     op_types += [(node.op, f"{fdef.signature.name}/{node.name}")
                  for node in fdef.node_def]
   stateful = sorted({name for op_type, name in op_types
@@ -171,16 +181,18 @@ def probe_step(cell_fn: Callable[..., Any],
   writes = sorted({name for op_type, name in op_types
                    if op_type in _VARIABLE_WRITES})
 
-  captured = []
-  for outer in traced.captured_inputs:
-    if isinstance(outer, tf.Tensor) and structs.is_differentiable(outer.dtype):
-      # A graph constant cannot be watched by any tape; anything else might.
-      if isinstance(outer, tf.__internal__.EagerTensor) or outer.op.type != "Const":
-        captured.append(outer)
+  # Every outer float tensor may need a gradient: a tape can watch a graph
+  # constant too, and tf.gradients can differentiate with respect to one.
+  closure = list(traced.captured_inputs)
+  captured = [outer for outer in closure if isinstance(outer, tf.Tensor) and
+              structs.is_differentiable(outer.dtype)]
+  digest = hashlib.sha256(graph_def.SerializeToString(deterministic=True))
   return StepProbe(
       extras=step_extras,
       captured=captured,
       variables=list(traced.trainable_variables),
       uses_step_seed=any(seed_used),
       stateful_random_ops=stateful,
-      variable_writes=writes)
+      variable_writes=writes,
+      fingerprint=(digest.hexdigest(), tuple(id(c) for c in closure)),
+      closure=closure)

@@ -15,6 +15,9 @@ The SavedModel needs neither tf_recurrent nor Keras to load, and keeps the
 op's custom gradient, so a reloaded model can be fine-tuned.
 """
 
+import contextlib
+import inspect
+import io
 from typing import List
 
 import keras
@@ -153,7 +156,11 @@ def export(model: keras.Sequential, directory: str) -> StreamingModule:
     function = getattr(module, name)
     archive.add_endpoint(name, function.python_function,
                          function.input_signature)
-  archive.write_out(
-      directory, verbose=False,
-      options=tf.saved_model.SaveOptions(experimental_custom_gradients=True))
+  options = tf.saved_model.SaveOptions(experimental_custom_gradients=True)
+  # Keras before 3.6 has no `verbose`, and before 3.9 prints "Saved artifact
+  # at ..." whatever it says: keep the export quiet on every supported Keras.
+  quiet = ({"verbose": False} if "verbose" in inspect.signature(
+      archive.write_out).parameters else {})
+  with contextlib.redirect_stdout(io.StringIO()):
+    archive.write_out(directory, options=options, **quiet)
   return module

@@ -151,8 +151,7 @@ class _Leaf:
 
 
 def check_leaves_match(expected: Any, actual: Any, expected_name: str,
-                       actual_name: str, check_shapes: bool = True,
-                       allow_none: bool = False) -> None:
+                       actual_name: str, allow_none: bool = False) -> None:
   """Checks structure, then dtype and static shape of every leaf.
 
   Args:
@@ -160,34 +159,40 @@ def check_leaves_match(expected: Any, actual: Any, expected_name: str,
     actual: The structure to check.
     expected_name: The reference's argument name, used in leaf paths.
     actual_name: What `actual` is, for the message.
-    check_shapes: Whether static shapes must be compatible.
     allow_none: Whether a None leaf in `actual` is accepted (a gradient that
       is zero).
 
   Raises:
-    ValueError: Naming the first leaf whose dtype or shape differs.
+    ValueError: Listing every leaf whose dtype or shape differs, and how to
+      fix it.
   """
   check_same_structure(expected, actual, expected_name, actual_name)
   paths = leaf_paths(expected, expected_name)
+  problems = []
   for path, want, got in zip(paths, tf.nest.flatten(expected),
                              tf.nest.flatten(actual)):
     if got is None and allow_none:
       continue
     got_dtype = getattr(got, "dtype", None)
     if got_dtype is None:
-      raise ValueError(
-          f"{actual_name}: the leaf at {path} should be a tensor like "
-          f"{describe(want)}, got {type(got).__name__}.")
-    if tf.as_dtype(got_dtype) != tf.as_dtype(want.dtype):
-      raise ValueError(
-          f"{actual_name}: the leaf at {path} has dtype "
-          f"{tf.as_dtype(got_dtype).name}, expected {tf.as_dtype(want.dtype).name} "
-          f"({describe(want)} vs {describe(got)}).")
-    if check_shapes and not tf.TensorShape(want.shape).is_compatible_with(
-        got.shape):
-      raise ValueError(
-          f"{actual_name}: the leaf at {path} has shape "
-          f"{tf.TensorShape(got.shape)}, expected {tf.TensorShape(want.shape)}.")
+      problems.append(f"the leaf at {path} should be a tensor like "
+                      f"{describe(want)}, got {type(got).__name__}")
+    elif tf.as_dtype(got_dtype) != tf.as_dtype(want.dtype):
+      problems.append(
+          f"the leaf at {path} has dtype {tf.as_dtype(got_dtype).name}, "
+          f"expected {tf.as_dtype(want.dtype).name} ({describe(want)} vs "
+          f"{describe(got)})")
+    elif not tf.TensorShape(want.shape).is_compatible_with(got.shape):
+      problems.append(
+          f"the leaf at {path} has shape {tf.TensorShape(got.shape)}, "
+          f"expected {tf.TensorShape(want.shape)}")
+  if problems:
+    count = f"{len(problems)} lea{'f' if len(problems) == 1 else 'ves'}"
+    raise ValueError(
+        f"{actual_name} differs from {expected_name} in {count}: "
+        f"{'; '.join(problems)}. Return one tensor per leaf of "
+        f"{expected_name}, of its dtype (tf.cast) and a compatible static "
+        f"shape{' (None for a zero gradient)' if allow_none else ''}.")
 
 
 def swap_batch_and_time(struct: Any, name: str) -> Any:
@@ -211,8 +216,9 @@ def swap_batch_and_time(struct: Any, name: str) -> Any:
       raise ValueError(
           f"With time_major=False, {path} must have shape [batch, T, ...]; "
           f"got {describe(x)}.")
-    perm = tf.concat([[1, 0], tf.range(2, tf.rank(x))], 0)
-    return tf.transpose(x, perm)
+    if x.shape.rank is not None:  # A static perm keeps the static shape.
+      return tf.transpose(x, [1, 0] + list(range(2, x.shape.rank)))
+    return tf.transpose(x, tf.concat([[1, 0], tf.range(2, tf.rank(x))], 0))
 
   flat = tf.nest.flatten(struct)
   return tf.nest.pack_sequence_as(

@@ -1,4 +1,4 @@
-"""Per-step gradients: the default recomputing cell_grad, and step seeds.
+"""The default per-step gradient: recompute the step under a tape.
 
 The backward loop calls one function per step that maps
 `(theta, state0, inputs_t, extras_t, dstate1)` to
@@ -7,95 +7,14 @@ recomputed under a `tf.GradientTape`, which also yields gradients for the
 variables and closed-over tensors `cell_fn` reads.
 
 Recomputing a step must reproduce the forward step exactly, randomness
-included. `step_seed()` gives `cell_fn` a seed for stateless RNG ops that is a
-pure function of the op's base seed and the step index, so the recompute
-draws the very numbers the forward pass drew.
+included: `seeds.py` gives `cell_fn` the seeds that make it so.
 """
 
-import contextlib
-import threading
 from typing import Any, Callable, List, Optional, Sequence
 
 import tensorflow as tf
 
 from tf_recurrent import structs
-
-_scope = threading.local()
-
-
-def step_seed() -> tf.Tensor:
-  """Returns the seed of the current step, for `tf.random.stateless_*` ops.
-
-  Valid only while `cell_fn` runs inside `tf_recurrent.recurrent`. The seed is
-  derived from the op's `seed` argument (drawn at random once per call when
-  not given) and the step index, so the default gradient's recompute of a
-  step sees exactly the random numbers its forward pass saw.
-
-  Returns:
-    An int32 tensor of shape [2].
-
-  Raises:
-    RuntimeError: When called outside a `cell_fn` run by the op.
-
-  Example:
-
-  >>> import tf_recurrent
-  >>> def cell_fn(theta, state, x):
-  ...   keep = tf.random.stateless_uniform(
-  ...       tf.shape(x), seed=tf_recurrent.step_seed()) < 0.5
-  ...   h = state["h"] + tf.where(keep, 2.0 * x, 0.0)
-  ...   return {"h": h}, []
-  >>> acc, final = tf_recurrent.recurrent(
-  ...     theta={}, state0={"h": tf.zeros([3])}, inputs=tf.ones([4, 3]),
-  ...     cell_fn=cell_fn, seed=[1, 2])
-  >>> acc["h"].shape
-  TensorShape([4, 3])
-  """
-  stack = getattr(_scope, "stack", None)
-  if not stack:
-    raise RuntimeError(
-        "tf_recurrent.step_seed() was called outside a cell_fn run by "
-        "tf_recurrent.recurrent; it has no step to seed.")
-  frame = stack[-1]
-  frame.used = True
-  if frame.seed is None:
-    base = tf.cast(frame.base_seed(), tf.int32)
-    frame.seed = tf.random.experimental.stateless_fold_in(
-        base, tf.cast(frame.step, tf.int32))
-  return frame.seed
-
-
-class _SeedFrame:
-  """One `cell_fn` invocation's seed: a base seed and a step index."""
-
-  def __init__(self, base_seed: Callable[[], tf.Tensor], step):
-    self.base_seed = base_seed
-    self.step = step
-    self.seed = None
-    self.used = False
-
-
-@contextlib.contextmanager
-def seeded_step(base_seed: Callable[[], tf.Tensor], step):
-  """Makes `step_seed()` available while `cell_fn` runs for step `step`.
-
-  Args:
-    base_seed: A callable returning the op's base seed (int [2]); called
-      only if `cell_fn` asks for a seed.
-    step: The step index (scalar int tensor or Python int).
-
-  Yields:
-    The frame; its `used` attribute tells whether `cell_fn` asked for a seed.
-  """
-  stack = getattr(_scope, "stack", None)
-  if stack is None:
-    stack = _scope.stack = []
-  frame = _SeedFrame(base_seed, step)
-  stack.append(frame)
-  try:
-    yield frame
-  finally:
-    stack.pop()
 
 
 def recompute_grad(cell_fn: Callable[..., Any], theta: Any, state0: Any,

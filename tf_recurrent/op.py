@@ -17,18 +17,18 @@ from typing import Any, Callable, Optional, Tuple, Union
 
 import tensorflow as tf
 
-from tf_recurrent import cell_grad as cell_grad_lib
 from tf_recurrent import lengths as lengths_lib
 from tf_recurrent import loops
 from tf_recurrent import probe as probe_lib
+from tf_recurrent import seeds
 from tf_recurrent import structs
 
 CellFn = Callable[[Any, Any, Any], Tuple[Any, Any]]
 CellGrad = Callable[[Any, Any, Any, Any, Any], Tuple[Any, Any, Any]]
 StopFn = Callable[[tf.Tensor, Any, Any], tf.Tensor]
 
-# Eager calls run the loops as one traced function. A handful of recent
-# (cell_fn, cell_grad, stop_fn, options, closure) combinations stay traced.
+# Eager calls run the loops as one traced function. The traces of a handful of
+# recent (options, step fingerprint) combinations are kept.
 _EAGER_CACHE_SIZE = 32
 _eager_cache: "collections.OrderedDict[Any, Any]" = collections.OrderedDict()
 
@@ -222,8 +222,7 @@ def _recurrent(theta, state0, inputs, cell_fn, cell_grad, extras,
     acc_state, final_state = _single_step(theta, state0, inputs, cell_fn,
                                           seed)
   elif tf.executing_eagerly():
-    traced = _eager_function(cell_fn, cell_grad, stop_fn, options,
-                             step.captured)
+    traced = _eager_function(cell_fn, cell_grad, stop_fn, options, step)
     if max_input_length is not None:
       max_input_length = tf.convert_to_tensor(max_input_length, tf.int32)
     acc_state, final_state = traced(theta, state0, inputs, extras,
@@ -372,7 +371,7 @@ def _check_checkpoint_every(checkpoint_every):
 def _single_step(theta, state0, inputs, cell_fn, seed):
   """T is statically 1: one call of cell_fn, differentiated by autodiff."""
   inputs_t = tf.nest.map_structure(lambda x: x[0], inputs)
-  with cell_grad_lib.seeded_step(loops.seed_source(seed), 0):
+  with seeds.seeded_step(seeds.seed_source(seed), 0):
     state1, _ = cell_fn(theta, state0, inputs_t)
   state1 = tf.nest.pack_sequence_as(state0, tf.nest.flatten(state1))
   return tf.nest.map_structure(lambda x: tf.expand_dims(x, 0), state1), state1
@@ -385,30 +384,39 @@ def _no_steps(state0):
   return acc, tf.nest.map_structure(tf.identity, state0)
 
 
-def _eager_function(cell_fn, cell_grad, stop_fn, options, captured):
-  """The traced function that runs the op eagerly, cached per closure."""
-  try:
-    key = (cell_fn, cell_grad, stop_fn, options,
-           tuple(id(c) for c in captured))
-    hash(key)
-  except TypeError:  # An unhashable callable: trace for this call only.
-    key = None
-  if key is not None and key in _eager_cache:
-    _eager_cache.move_to_end(key)
-    return _eager_cache[key][0]
+def _eager_function(cell_fn, cell_grad, stop_fn, options, step):
+  """The traced function that runs the op eagerly, cached per computation.
 
-  def run(theta, state0, inputs, extras, max_input_length, sequence_length,
-          seed):
-    step = probe_lib.probe_step(cell_fn, cell_grad, theta, state0, inputs,
-                                extras, stop_fn)
-    return loops.build(theta, state0, inputs, cell_fn, cell_grad, stop_fn,
-                       step, options, max_input_length, sequence_length, seed)
+  An eager call must compute what running `cell_fn` eagerly would compute
+  now. The probe traced one step of this very call; its fingerprint (the
+  step's graph with its constants, and the identities of the tensors and
+  variables it reads) tells whether an earlier trace computes the same thing.
+  A variable swapped on an object, a Python global or flag the cell reads, or
+  a rebound closed-over tensor all change it, and the call traces anew.
+  """
+  key = (options, step.fingerprint)
+  entry = _eager_cache.get(key)
+  if entry is None:
+    # The traced function reads the callables from `entry`, so a later
+    # retrace (a new T, say) uses this call's callables, which the
+    # fingerprint shows compute the same step.
+    entry = {}
 
-  traced = tf.function(run, autograph=False,
-                       jit_compile=options.use_tpu or None)
-  if key is not None:
-    # Holding the captured tensors keeps their ids from being reused.
-    _eager_cache[key] = (traced, list(captured))
+    def run(theta, state0, inputs, extras, max_input_length, sequence_length,
+            seed):
+      fns = entry["callables"]
+      step = probe_lib.probe_step(fns[0], fns[1], theta, state0, inputs,
+                                  extras, fns[2])
+      return loops.build(theta, state0, inputs, *fns, step, options,
+                         max_input_length, sequence_length, seed)
+
+    entry["traced"] = tf.function(run, autograph=False,
+                                  jit_compile=options.use_tpu or None)
+    # Holding the closure keeps the ids in the fingerprint from being reused.
+    entry["closure"] = step.closure
+    _eager_cache[key] = entry
     while len(_eager_cache) > _EAGER_CACHE_SIZE:
       _eager_cache.popitem(last=False)
-  return traced
+  _eager_cache.move_to_end(key)
+  entry["callables"] = (cell_fn, cell_grad, stop_fn)
+  return entry["traced"]
