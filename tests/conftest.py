@@ -135,3 +135,31 @@ def assert_numerical_gradients(loss, sources, tol=1e-6):
                                                     delta=1e-6)
   for a, n in zip(theoretical, numerical):
     np.testing.assert_allclose(a, n, rtol=tol, atol=tol)
+
+
+GRAPH_MODES = MODES + ("tf1",)
+
+
+def values_and_grads(mode, build, feed=None):
+  """`build(watch) -> (values, loss, sources)` run in `mode`.
+
+  Returns `(flat values, d loss / d sources)`, unconnected sources getting
+  zeros. The TF2 modes record on a GradientTape (`watch` is its watch); "tf1"
+  builds a `tf.compat.v1` graph, differentiates it with `tf.gradients` and
+  runs it in a Session (`watch` does nothing, `feed` feeds placeholders, and
+  `build` may return a dict of them as a fourth value).
+  """
+  if mode != "tf1":
+    def run():
+      with tf.GradientTape() as tape:
+        values, loss, sources = build(tape.watch)[:3]
+      return tf.nest.flatten(values), tape.gradient(
+          loss, sources, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    return in_mode(mode, run)()
+  with tf.Graph().as_default():
+    values, loss, sources, *rest = build(lambda _: None)
+    grads = tf.gradients(loss, sources, unconnected_gradients="zero")
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      return session.run((tf.nest.flatten(values), grads),
+                         rest[0] if rest else feed)

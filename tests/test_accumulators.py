@@ -7,8 +7,9 @@ import tensorflow as tf
 from tf_recurrent import accumulators
 
 
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16, tf.float16])
 @pytest.mark.parametrize("use_xla", [False, True])
-def test_written_rows_and_zero_rows(use_xla):
+def test_written_rows_and_zero_rows(use_xla, dtype):
   @tf.function(jit_compile=use_xla)
   def fill(rows):
     acc = accumulators.RowAccumulator.like_rows_of(rows, use_xla)
@@ -17,11 +18,27 @@ def test_written_rows_and_zero_rows(use_xla):
       handle = acc.write(handle, tf.constant(t), rows[t])
     return acc.stack(handle)
 
-  rows = tf.reshape(tf.range(12.0), [4, 3])
+  rows = tf.cast(tf.reshape(tf.range(12.0) - 2.5, [4, 3]), dtype)
   got = fill(rows)
-  np.testing.assert_array_equal(got, [[0, 1, 2], [0, 0, 0], [6, 7, 8],
-                                      [0, 0, 0]])
-  assert got.shape == [4, 3]
+  assert got.dtype == dtype and got.shape == [4, 3]
+  np.testing.assert_array_equal(tf.cast(got, tf.float32),
+                                [[-2.5, -1.5, -0.5], [0, 0, 0],
+                                 [3.5, 4.5, 5.5], [0, 0, 0]])
+
+
+@pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])
+def test_16_bit_rows_are_scattered_as_bits_under_xla(dtype):
+  """XLA on CPU would convert a 16-bit float buffer to float32 and back on
+  every scatter (quadratic in T); the buffer holds the bits as uint16."""
+  @tf.function
+  def write(rows):
+    acc = accumulators.RowAccumulator.like_rows_of(rows, use_xla=True)
+    return acc.stack(acc.write(acc.empty(), 1, rows[0]))
+
+  graph = write.get_concrete_function(tf.zeros([3, 2], dtype)).graph
+  scatters = [op for op in graph.get_operations()
+              if op.type == "TensorScatterUpdate"]
+  assert [op.outputs[0].dtype for op in scatters] == [tf.uint16]
 
 
 def test_in_xla_context_detects_jit_compile():

@@ -62,3 +62,22 @@ def test_profile_smoke(tmp_path):
   assert report.count("\n| ") == 8  # Header, six pieces, the lean step.
   assert "| tf_recurrent.LSTM, whole training step | " in report
   assert "| tf_recurrent.LSTM(recompute=True), whole training step" in report
+
+
+def test_convlstm_benchmark_smoke(tmp_path):
+  proc = subprocess.run(
+      [sys.executable, "-m", "benchmarks.bench_convlstm", "--lengths=3,6",
+       "--memory_lengths=3,6", "--batch=1", "--side=6", "--channels=2",
+       "--filters=2", "--repeats=1", f"--out_dir={tmp_path}"],
+      capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  results = json.loads((tmp_path / "convlstm.json").read_text())
+  assert {(r["name"], r["xla"]) for r in results["rows"]} == {
+      (n, x) for n in ("tf_recurrent.ConvLSTM2D", "keras.layers.ConvLSTM2D")
+      for x in (False, True)}
+  for row in results["rows"]:
+    assert all(v > 0 for v in row["us_per_frame"].values())
+    assert None not in row["memory"]["peaks"]
+  report = (tmp_path / "CONVLSTM.md").read_text()
+  assert "| tf_recurrent.ConvLSTM2D | XLA |" in report
+  assert "- TF executor: time T=3:" in report

@@ -1,12 +1,15 @@
 """tf_recurrent.RNN / LSTM / GRU against keras.layers.RNN / LSTM / GRU."""
 
+import dataclasses
+import inspect
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import tf_recurrent
-from tf_recurrent import cells
+from tf_recurrent import layers as layers_lib
 from tf_recurrent import op as op_lib
 
 B, T, D, H = 3, 6, 4, 5
@@ -106,7 +109,7 @@ OPTIONS = {
     "masked_zero_output": dict(return_sequences=True, zero_output_for_mask=True,
                                return_state=True),
     "masked_backwards": dict(return_sequences=True, go_backwards=True),
-    "unroll_accepted": dict(unroll=True, return_sequences=True),
+    "unroll": dict(unroll=True, return_sequences=True),
 }
 
 
@@ -244,10 +247,12 @@ def test_saves_and_loads_without_custom_objects(tmp_path, factory):
 
 
 @pytest.mark.parametrize("layer_name,cell_kwargs,fast", [
-    ("LSTM", {}, True), ("GRU", {}, True),
+    ("LSTM", {}, True), ("GRU", {}, True), ("SimpleRNN", {}, True),
     ("LSTM", {"recompute": True}, True), ("GRU", {"recompute": True}, True),
+    ("SimpleRNN", {"recompute": True}, True),
     ("LSTM", {"recurrent_dropout": 0.2}, False),
-    ("GRU", {"reset_after": False}, False)])
+    ("GRU", {"reset_after": False}, False),
+    ("SimpleRNN", {"activation": "relu"}, False)])
 def test_fast_path_picked_automatically(monkeypatch, layer_name, cell_kwargs,
                                         fast):
   """The built-in gradient runs; with recompute the op sees raw inputs."""
@@ -260,14 +265,15 @@ def test_fast_path_picked_automatically(monkeypatch, layer_name, cell_kwargs,
 
   monkeypatch.setattr(op_lib, "recurrent", recording_recurrent)
   calls = []
-  grad_name = f"{layer_name.lower()}_grad"
-  original = getattr(cells, grad_name)
+  cell_class = getattr(keras.layers, layer_name + "Cell")
+  spec = layers_lib.BUILT_IN_CELLS[cell_class]
 
   def counting_grad(*args):
     calls.append(1)
-    return original(*args)
+    return spec.grad(*args)
 
-  monkeypatch.setattr(cells, grad_name, counting_grad)
+  monkeypatch.setitem(layers_lib.BUILT_IN_CELLS, cell_class,
+                      dataclasses.replace(spec, grad=counting_grad))
   layer = getattr(tf_recurrent, layer_name)(H, **cell_kwargs)
   x = tf.random.normal([B, T, D])
 
@@ -280,8 +286,8 @@ def test_fast_path_picked_automatically(monkeypatch, layer_name, cell_kwargs,
   assert all(g is not None for g in step(x))
   assert bool(calls) == fast
   if fast:
-    gates = 4 if layer_name == "LSTM" else 3
-    assert set(widths) == {D if cell_kwargs.get("recompute") else gates * H}
+    assert set(widths) == {D if cell_kwargs.get("recompute") else
+                           spec.gates * H}
 
 
 def test_recompute_must_be_a_bool():
@@ -394,3 +400,114 @@ def test_mixed_bfloat16_weight_gradients_sum_in_float32(cell_name,
     scale = np.abs(w).max()
     error = np.abs(np.asarray(g) - np.asarray(w)).max() / scale
     assert error < 0.005, (name, error)
+
+
+KERAS_PAIRS = [(tf_recurrent.RNN, keras.layers.RNN),
+               (tf_recurrent.LSTM, keras.layers.LSTM),
+               (tf_recurrent.GRU, keras.layers.GRU),
+               (tf_recurrent.SimpleRNN, keras.layers.SimpleRNN),
+               (tf_recurrent.ConvLSTM2D, keras.layers.ConvLSTM2D)]
+
+
+@pytest.mark.parametrize("ours,theirs", KERAS_PAIRS,
+                         ids=[p[0].__name__ for p in KERAS_PAIRS])
+def test_signature_is_keras_own_plus_recompute(ours, theirs):
+  """Keras's parameters, names, kinds and defaults; recompute keyword-only
+  before **kwargs."""
+  want = list(inspect.signature(theirs.__init__).parameters.values())
+  got = list(inspect.signature(ours.__init__).parameters.values())
+  recompute = inspect.Parameter("recompute", inspect.Parameter.KEYWORD_ONLY,
+                                default=False, annotation=bool)
+  assert got == want[:-1] + [recompute, want[-1]]
+
+
+def revived_matches(layer):
+  revived = type(layer).from_config(layer.get_config())
+  return set(dir(layer)) == set(dir(revived))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: tf_recurrent.RNN(cell=keras.layers.SimpleRNNCell(3)),
+    lambda: tf_recurrent.LSTM(4, recompute=True),
+    lambda: tf_recurrent.GRU(4, go_backwards=True),
+    lambda: tf_recurrent.SimpleRNN(4, return_sequences=True),
+    lambda: tf_recurrent.ConvLSTM2D(2, 3, padding="same"),
+], ids=["rnn", "lstm", "gru", "simple_rnn", "conv_lstm"])
+def test_from_config_revives_the_same_layer(make):
+  """Keras's RNNTest.test_basics: a revived layer has the same attributes."""
+  layer = make()
+  assert not hasattr(layer, "_auto_config_error_args")
+  assert revived_matches(layer)
+  # As keras.layers.RNN does for its own.
+  assert revived_matches(keras.layers.RNN(cell=keras.layers.SimpleRNNCell(3)))
+
+
+@pytest.mark.parametrize("layer_cls", [tf_recurrent.LSTM, tf_recurrent.GRU])
+def test_use_cudnn_true_is_refused_auto_and_false_run_the_op(layer_cls):
+  with pytest.raises(ValueError, match="use_cudnn=True: tf_recurrent never "
+                     "runs cuDNN"):
+    layer_cls(4, use_cudnn=True)
+  for use_cudnn in ("auto", False):
+    assert layer_cls(4, use_cudnn=use_cudnn)(tf.ones([2, 3, 5])).shape == [2, 4]
+
+
+def video(batch, frames, side=8, channels=3, seed=10):
+  return tf.random.normal([batch, frames, side, side, channels], seed=seed)
+
+
+# Keras layer name -> (constructor arguments, an input); each with options.
+LAYER_CASES = {
+    "SimpleRNN": ((H,), tf.random.normal([B, T, D], seed=9)),
+    "ConvLSTM2D": ((3, 3), video(2, 4)),
+}
+LAYER_OPTIONS = [
+    ("SimpleRNN", {"return_sequences": True, "return_state": True}),
+    ("SimpleRNN", {"go_backwards": True}),
+    ("SimpleRNN", {"dropout": 0.3, "seed": 2}),
+    ("ConvLSTM2D", {"return_sequences": True, "return_state": True,
+                    "padding": "same"}),
+    ("ConvLSTM2D", {"go_backwards": True, "strides": 2}),
+    ("ConvLSTM2D", {"dropout": 0.2, "recurrent_dropout": 0.2, "seed": 3,
+                    "padding": "same"}),
+]
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("name,options", LAYER_OPTIONS)
+def test_layer_matches_keras(mode, name, options):
+  args, x = LAYER_CASES[name]
+  ref = getattr(keras.layers, name)(*args, **options)
+  ours = getattr(tf_recurrent, name)(*args, **options)
+  build_pair(ref, ours, x)
+  training = "dropout" in options
+  if training:  # Both layers draw the same dropout masks.
+    ours.cell.seed_generator.state.assign(ref.cell.seed_generator.state)
+  assert_close(outputs_and_grads(ours, x, mode, training=training),
+               outputs_and_grads(ref, x, "eager", training=training))
+
+
+def test_conv_lstm_2d_keeps_only_states_and_round_trips(tmp_path):
+  """No per-frame gate activations: the op's forward loop keeps one row per
+  state leaf (h, c and the output) and nothing else; a .keras file loads
+  back."""
+  model = keras.Sequential([keras.Input((None, 8, 8, 3)),
+                            tf_recurrent.ConvLSTM2D(4, 3, padding="same")])
+  path = str(tmp_path / "conv.keras")
+  model.save(path)
+  loaded = keras.saving.load_model(path)
+  assert type(loaded.layers[0]) is tf_recurrent.ConvLSTM2D
+  x = video(2, 5)
+  np.testing.assert_allclose(loaded(x), model(x), atol=1e-6)
+
+  @tf.function
+  def grads(x):
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_sum(model(x))
+    return tape.gradient(loss, model.trainable_weights)
+
+  graph = grads.get_concrete_function(x).graph
+  whiles = [o for o in graph.get_operations() if o.type in ("While",
+                                                           "StatelessWhile")]
+  assert len(whiles) == 2  # the op's forward and reverse loops
+  forward = min(whiles, key=lambda o: o.name)
+  assert len([t for t in forward.outputs if t.dtype == tf.variant]) == 3

@@ -14,16 +14,20 @@ Example:
 TensorShape([5, 2, 4])
 """
 
+from tf_recurrent import lingvo
 from tf_recurrent.bidirectional import bidirectional
 from tf_recurrent.seeds import step_seed
+from tf_recurrent.layers import ConvLSTM2D
 from tf_recurrent.layers import GRU
 from tf_recurrent.layers import LSTM
 from tf_recurrent.layers import RNN
+from tf_recurrent.layers import SimpleRNN
 from tf_recurrent.op import Recurrent
 from tf_recurrent.op import recurrent
 from tf_recurrent.serving import StreamingModule
 from tf_recurrent.serving import export as export_saved_model
 
 __all__ = ["recurrent", "Recurrent", "bidirectional", "step_seed", "RNN", "LSTM", "GRU",
-           "StreamingModule", "export_saved_model"]
+           "SimpleRNN", "ConvLSTM2D", "StreamingModule", "export_saved_model",
+           "lingvo"]
 __version__ = "0.1.0"

@@ -13,6 +13,11 @@ who runs the loop:
 
 `tf.raw_ops.InplaceUpdate`, which the tf.contrib op used, is deliberately not
 used: it is deprecated and aliases the caller's tensor when run eagerly.
+
+XLA on CPU computes bfloat16 and float16 scatters in float32, converting the
+whole buffer on every write (a bfloat16 LSTM became quadratic in T: 1.1 ms a
+step at T=100, 4.0 ms at T=800 for a [32, 512] row). Those buffers hold the
+rows' bits as uint16 instead, which XLA writes in place (10-17 us a step).
 """
 
 import tensorflow as tf
@@ -67,6 +72,10 @@ class RowAccumulator:
 
   def _init(self, row_shape, static_row_shape, dtype, num_rows, use_xla):
     self._dtype = dtype
+    # What the XLA buffer holds: 16-bit floats as their bits (see above).
+    self._storage = (tf.uint16 if use_xla and dtype in (tf.bfloat16,
+                                                        tf.float16)
+                     else dtype)
     self._row_shape = row_shape
     self._static_shape = tf.TensorShape(
         [tf.get_static_value(num_rows)]).concatenate(static_row_shape)
@@ -77,7 +86,7 @@ class RowAccumulator:
     """A fresh accumulator whose rows are all zeros."""
     if self._use_xla:
       shape = tf.concat([[self._num_rows], self._row_shape], axis=0)
-      return tf.zeros(shape, self._dtype)
+      return tf.zeros(shape, self._storage)
     return tf.raw_ops.TensorListReserve(
         element_shape=self._row_shape,
         num_elements=self._num_rows,
@@ -86,6 +95,8 @@ class RowAccumulator:
   def write(self, handle: tf.Tensor, index, row: tf.Tensor) -> tf.Tensor:
     """Returns the accumulator with row `index` set to `row`."""
     if self._use_xla:
+      if self._storage != self._dtype:
+        row = tf.bitcast(row, self._storage)
       return tf.tensor_scatter_nd_update(
           handle, tf.reshape(tf.cast(index, tf.int32), [1, 1]),
           tf.expand_dims(row, 0))
@@ -96,6 +107,8 @@ class RowAccumulator:
     """The dense `[num_rows, ...]` tensor; rows never written are zeros."""
     if self._use_xla:
       dense = handle
+      if self._storage != self._dtype:
+        dense = tf.bitcast(dense, self._dtype)
     else:
       dense = tf.raw_ops.TensorListStack(
           input_handle=handle,

@@ -1,4 +1,4 @@
-"""Built-in LSTM and GRU steps with hand-written gradients.
+"""Built-in LSTM, GRU and SimpleRNN steps with hand-written gradients.
 
 The input projection `x @ W + b` does not depend on the state, so it is
 computed for all T at once outside the loop (one large matmul) and the step
@@ -11,7 +11,7 @@ projection moves into the step and the gradient recomputes the gates, so
 the op keeps nothing per step but the state.
 
 Gate order follows Keras: LSTM `[i, f, c, o]`, GRU `[z, r, h]` with
-`reset_after=True`.
+`reset_after=True`; SimpleRNN is `tanh(x @ kernel + bias + h @ U)`.
 
 Mixed precision: theta may stay float32 while states and inputs are bfloat16
 or float16. The steps cast theta to the state's dtype and the gradients
@@ -195,6 +195,57 @@ def gru_grad(theta: Dict[str, Tensor], state0: Dict[str, Tensor],
   return dtheta, {"h": dh0}, dprojected
 
 
+def simple_rnn_step(theta: Dict[str, Tensor], state: Dict[str, Tensor],
+                    projected: Tensor
+                    ) -> Tuple[Dict[str, Tensor], Dict[str, Tensor]]:
+  """One Elman (Keras SimpleRNN, tanh) step on projected inputs.
+
+  Args:
+    theta: `{"recurrent_kernel": [H, H]}`.
+    state: `{"h": [B, H]}`.
+    projected: `[B, H]`, this step's `x @ kernel + bias`.
+
+  Returns:
+    `(state1, extras)`, extras holding h1 for `simple_rnn_grad`.
+
+  Example:
+
+  >>> import tf_recurrent
+  >>> theta = {"recurrent_kernel": tf.zeros([4, 4])}
+  >>> acc, _ = tf_recurrent.recurrent(theta, {"h": tf.zeros([2, 4])},
+  ...                                 tf.ones([3, 2, 4]), simple_rnn_step,
+  ...                                 simple_rnn_grad)
+  >>> acc["h"].shape
+  TensorShape([3, 2, 4])
+  """
+  kernel = _compute(theta["recurrent_kernel"], state["h"])
+  h = tf.tanh(projected + tf.matmul(state["h"], kernel))
+  return {"h": h}, {"h": h}
+
+
+def simple_rnn_grad(theta: Dict[str, Tensor], state0: Dict[str, Tensor],
+                    projected: Tensor, extras: Dict[str, Tensor],
+                    dstate1: Dict[str, Tensor]) -> Tuple[Any, Any, Any]:
+  """The hand-written gradient of `simple_rnn_step`.
+
+  Example:
+
+  >>> theta = {"recurrent_kernel": tf.ones([2, 2])}
+  >>> s0 = {"h": tf.ones([1, 2])}
+  >>> _, extras = simple_rnn_step(theta, s0, tf.zeros([1, 2]))
+  >>> _, ds0, dx = simple_rnn_grad(theta, s0, tf.zeros([1, 2]), extras,
+  ...                              {"h": tf.ones([1, 2])})
+  >>> dx.shape
+  TensorShape([1, 2])
+  """
+  dpre = dstate1["h"] * (1.0 - tf.square(extras["h"]))
+  kernel = _compute(theta["recurrent_kernel"], dpre)
+  dtheta = {"recurrent_kernel": _like(
+      tf.matmul(state0["h"], dpre, transpose_a=True),
+      theta["recurrent_kernel"])}
+  return dtheta, {"h": tf.matmul(dpre, kernel, transpose_b=True)}, dpre
+
+
 def recomputing(step, grad):
   """Wraps a (step, grad) pair on projected inputs into a lean pair on raw ones.
 
@@ -282,9 +333,7 @@ def masked(step, grad):
   def masked_step(theta, state, inputs):
     new, extras = step(theta, state, inputs["x"])
     keep = inputs["mask"]
-    carried = tf.nest.map_structure(
-        lambda n, o: masks.select(keep, n, o), new, state)
-    return carried, extras
+    return masks.select_structure(keep, new, state), extras
 
   def masked_grad(theta, state0, inputs, extras, dstate1):
     keep = inputs["mask"]

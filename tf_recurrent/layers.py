@@ -1,20 +1,28 @@
-"""Keras drop-ins: `RNN`, `LSTM` and `GRU` whose loop is `tf_recurrent.recurrent`.
+"""Keras drop-ins whose time loop is `tf_recurrent.recurrent`.
 
-Each layer is the Keras layer of the same name with one method replaced:
-`inner_loop`, the part of `keras.layers.RNN.call` that iterates over time.
-Everything else (constructor arguments, `initial_state`, `stateful`, masks,
-dropout-mask setup, `get_config`) is Keras's own, so swapping
+`RNN`, `LSTM`, `GRU`, `SimpleRNN` and `ConvLSTM2D` are the Keras layers of
+the same names, with Keras's own constructor arguments (plus `recompute`),
+with one method replaced: `inner_loop`, the part of `keras.layers.RNN.call`
+that iterates over time. Everything else (`initial_state`, `stateful`, masks,
+dropout-mask setup, `get_config`, saving) is Keras's own, so swapping
 `keras.layers.LSTM` for `tf_recurrent.LSTM` changes nothing but the loop and
 its memory.
 
-Plain LSTMCell and GRUCell configurations take the built-in steps of
-`tf_recurrent.cells` (hand-written gradients, input projection hoisted out of
-the loop; with `recompute=True`, projection and gates recomputed in the
-backward pass instead of kept); any other cell runs as it is, its weights
-getting gradients through the op's captured-variable support.
+Plain LSTMCell, GRUCell and SimpleRNNCell configurations take the built-in
+steps of `tf_recurrent.cells` (hand-written gradients, input projection
+hoisted out of the loop; with `recompute=True`, projection and gates
+recomputed in the backward pass instead of kept); any other cell (a
+ConvLSTM cell, a cell with recurrent dropout, a user's cell) runs as it is,
+recomputed step by step in the backward pass, its weights getting gradients
+through the op's captured-variable support.
+
+Options a user sets are honoured or refused, never dropped: `unroll=True`
+runs Keras's own unrolled loop; `use_cudnn=True` raises (tf_recurrent never
+runs cuDNN; "auto" and False run its loop).
 """
 
-from typing import Any, Optional
+import dataclasses
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import keras
 from keras.src import backend as keras_backend
@@ -29,15 +37,16 @@ from tf_recurrent import structs
 def _check_initial_state(layer, initial_state):
   """The initial state must have one tensor per entry of cell.state_size."""
   state_size = layer.cell.state_size
-  want = len(tf.nest.flatten(state_size))
+  sizes = tf.nest.flatten(state_size)
+  if not all(isinstance(s, int) and s > 0 for s in sizes):
+    return  # A cell that sizes its state itself (ConvLSTM's -1).
   got = tf.nest.flatten(initial_state)
-  if len(got) != want:
+  if len(got) != len(sizes):
     raise ValueError(
-        f"{layer.name}: initial_state must hold {want} tensor(s) for a cell "
-        f"with state_size={state_size}; got {len(got)}.")
-  for i, (size, tensor) in enumerate(zip(tf.nest.flatten(state_size), got)):
-    if isinstance(size, int) and tensor.shape.rank is not None and (
-        tensor.shape[-1] not in (None, size)):
+        f"{layer.name}: initial_state must hold {len(sizes)} tensor(s) for a "
+        f"cell with state_size={state_size}; got {len(got)}.")
+  for i, (size, tensor) in enumerate(zip(sizes, got)):
+    if tensor.shape.rank is not None and tensor.shape[-1] not in (None, size):
       raise ValueError(
           f"{layer.name}: initial_state[{i}] must have last dimension {size}; "
           f"got shape {tensor.shape}.")
@@ -55,13 +64,59 @@ def _variable_dtype_value(variable) -> tf.Tensor:
     return tf.convert_to_tensor(variable)
 
 
-def _is_plain(cell, cell_type, **attrs) -> bool:
-  if type(cell) is not cell_type:  # pylint: disable=unidiomatic-typecheck
-    return False
-  if cell.activation is not keras.activations.tanh or (
-      cell.recurrent_activation is not keras.activations.sigmoid):
-    return False
-  return all(getattr(cell, k) == v for k, v in attrs.items())
+@dataclasses.dataclass(frozen=True)
+class BuiltInCell:
+  """A Keras cell class the layers run with a built-in step and gradient.
+
+  Attributes:
+    step: The `cell_fn` on projected inputs (`cells.lstm_step`, ...).
+    grad: Its hand-written `cell_grad`.
+    gates: Width of the projection in units (4 for an LSTM).
+    state_keys: The op's state keys, in the order of Keras's states.
+    plain: Attribute values the cell must have (activations, options).
+    bias_rows: Rows of Keras's bias (2 for GRU's input and recurrent bias).
+  """
+  step: Callable[..., Any]
+  grad: Callable[..., Any]
+  gates: int
+  state_keys: Tuple[str, ...]
+  plain: Dict[str, Any]
+  bias_rows: Optional[int] = None
+
+  def split_weights(self, recurrent_kernel, bias):
+    """(theta of the step, the bias of the input projection)."""
+    theta = {"recurrent_kernel": recurrent_kernel}
+    if self.bias_rows is None:
+      return theta, bias
+    theta["recurrent_bias"] = bias[1]
+    return theta, bias[0]
+
+
+# The cells with built-in steps, by Keras cell class (the exact class: a
+# subclass may compute something else).
+BUILT_IN_CELLS = {
+    keras.layers.LSTMCell: BuiltInCell(
+        cells.lstm_step, cells.lstm_grad, 4, ("h", "c"),
+        {"activation": keras.activations.tanh,
+         "recurrent_activation": keras.activations.sigmoid,
+         "recurrent_dropout": 0.0}),
+    keras.layers.GRUCell: BuiltInCell(
+        cells.gru_step, cells.gru_grad, 3, ("h",),
+        {"activation": keras.activations.tanh,
+         "recurrent_activation": keras.activations.sigmoid,
+         "recurrent_dropout": 0.0, "reset_after": True}, bias_rows=2),
+    keras.layers.SimpleRNNCell: BuiltInCell(
+        cells.simple_rnn_step, cells.simple_rnn_grad, 1, ("h",),
+        {"activation": keras.activations.tanh, "recurrent_dropout": 0.0}),
+}
+
+
+def _built_in(cell) -> Optional[BuiltInCell]:
+  spec = BUILT_IN_CELLS.get(type(cell))
+  if spec is None or any(getattr(cell, k, None) != v
+                         for k, v in spec.plain.items()):
+    return None
+  return spec
 
 
 class _DropoutMasks:
@@ -96,15 +151,15 @@ class _RecurrentLoop:
   """Mixin replacing `keras.layers.RNN.inner_loop` by `tf_recurrent.recurrent`.
 
   Adds one constructor argument to Keras's: `recompute` (default False).
-  False keeps, per time step, what the backward pass of a plain LSTM/GRU
-  cell reads (the gates, the projected inputs): the fastest gradient. True
-  keeps only the state and recomputes the rest step by step in the backward
-  pass: about 4x less memory per step for about 10-20% more time. Other
-  cells always recompute (their gradient is autodiff of the cell, per step).
+  False keeps, per time step, what the backward pass of a plain
+  LSTM/GRU/SimpleRNN cell reads (the gates, the projected inputs): the
+  fastest gradient. True keeps only the state and recomputes the rest step
+  by step in the backward pass: about 4x less memory per step for about
+  10-20% more time. Other cells always recompute (their gradient is autodiff
+  of the cell, per step).
   """
 
-  def __init__(self, *args, recompute: bool = False, **kwargs):
-    super().__init__(*args, **kwargs)
+  def _set_recompute(self, recompute: bool):
     if not isinstance(recompute, bool):
       raise TypeError(f"recompute must be a bool; got {recompute!r}.")
     self.recompute = recompute
@@ -114,6 +169,10 @@ class _RecurrentLoop:
 
   def inner_loop(self, sequences, initial_state, mask, training=False):
     """Runs the cell over time; returns (last_output, outputs, states)."""
+    if getattr(self, "unroll", False):
+      # Asked for by name: Keras's own unrolled loop (static T), which
+      # keeps every step's activations for its gradient.
+      return super().inner_loop(sequences, initial_state, mask, training)
     if tf.nest.is_nested(mask):
       mask = tf.nest.flatten(mask)[0]
     x = structs.swap_batch_and_time(sequences, "inputs")
@@ -151,7 +210,7 @@ class _RecurrentLoop:
       kwargs["training"] = training
     batch = tf.shape(tf.nest.flatten(initial_state)[0])[0]
     output_size = getattr(cell, "output_size", None)
-    if isinstance(output_size, int):
+    if isinstance(output_size, int) and output_size > 0:
       zero_output = tf.zeros([batch, output_size], self.cell.compute_dtype)
     else:
       zero_output = tf.zeros_like(tf.nest.flatten(initial_state)[0])
@@ -171,8 +230,7 @@ class _RecurrentLoop:
         fallback = (tf.zeros_like(output) if zero_output_for_mask
                     else state["output"])
         output = masks.select(keep, output, fallback)
-        new_states = tf.nest.map_structure(
-            lambda n, o: masks.select(keep, n, o), new_states, state["cell"])
+        new_states = masks.select_structure(keep, new_states, state["cell"])
       return {"cell": new_states, "output": output}, []
 
     inputs = {"x": x}
@@ -184,22 +242,14 @@ class _RecurrentLoop:
     per_step = {"cell": tf.nest.map_structure(lambda _: False, state0["cell"]),
                 "output": True}
     acc, final = op.recurrent({}, state0, inputs, cell_fn,
-                                         accumulate_state=per_step)
+                              accumulate_state=per_step)
     return acc["output"], list(final["cell"]), final["output"]
 
   def _fast_loop(self, x, initial_state, mask, training):
-    """Plain LSTMCell/GRUCell: built-in steps with hand-written gradients."""
+    """A plain built-in cell: its step with its hand-written gradient."""
     cell = self.cell
-    if tf.nest.is_nested(x):
-      return None
-    if _is_plain(cell, keras.layers.LSTMCell, recurrent_dropout=0.0):
-      step, grad = cells.lstm_step, cells.lstm_grad
-      width = 4 * cell.units
-    elif _is_plain(cell, keras.layers.GRUCell, recurrent_dropout=0.0,
-                   reset_after=True):
-      step, grad = cells.gru_step, cells.gru_grad
-      width = 3 * cell.units
-    else:
+    spec = _built_in(cell)
+    if spec is None or tf.nest.is_nested(x):
       return None
     dtype = cell.compute_dtype
     x = tf.cast(x, dtype)
@@ -212,20 +262,12 @@ class _RecurrentLoop:
     # steps in float32.
     kernel = _variable_dtype_value(cell.kernel)
     recurrent_kernel = _variable_dtype_value(cell.recurrent_kernel)
-    if cell.use_bias:
-      bias = _variable_dtype_value(cell.bias)
-    else:
-      bias = tf.zeros([2, width] if step is cells.gru_step else [width],
-                      recurrent_kernel.dtype)
-    if step is cells.lstm_step:
-      theta = {"recurrent_kernel": recurrent_kernel}
-      input_bias = bias
-      state0 = {"h": initial_state[0], "c": initial_state[1]}
-    else:
-      theta = {"recurrent_kernel": recurrent_kernel, "recurrent_bias": bias[1]}
-      input_bias = bias[0]
-      state0 = {"h": initial_state[0]}
-    lstm = step is cells.lstm_step
+    width = spec.gates * cell.units
+    bias = (_variable_dtype_value(cell.bias) if cell.use_bias else tf.zeros(
+        [width] if spec.bias_rows is None else [spec.bias_rows, width],
+        recurrent_kernel.dtype))
+    theta, input_bias = spec.split_weights(recurrent_kernel, bias)
+    step, grad = spec.step, spec.grad
     if self.recompute:
       theta = {"cell": theta, "kernel": kernel, "bias": input_bias}
       step, grad = cells.recomputing(step, grad)
@@ -233,12 +275,13 @@ class _RecurrentLoop:
     else:
       inputs = cells.project_inputs(x, tf.cast(kernel, dtype),
                                     tf.cast(input_bias, dtype))
-    state0 = tf.nest.map_structure(lambda s: tf.cast(s, dtype), state0)
-    # Only h is read per step; c's rows get no gradient tensor.
-    per_step = {"h": True, "c": False} if lstm else {"h": True}
+    state0 = {key: tf.cast(s, dtype)
+              for key, s in zip(spec.state_keys, initial_state)}
+    # Only h is read per step; an LSTM's c rows get no gradient tensor.
+    per_step = {key: key == "h" for key in spec.state_keys}
     if mask is None:
       acc, final = op.recurrent(theta, state0, inputs, step, grad,
-                                           accumulate_state=per_step)
+                                accumulate_state=per_step)
       outputs = acc["h"]
     else:
       masked_step, masked_grad = cells.masked(step, grad)
@@ -250,20 +293,33 @@ class _RecurrentLoop:
       emitted = mask if self.zero_output_for_mask else tf.cast(
           tf.cumsum(tf.cast(mask, tf.int32), axis=0), tf.bool)
       outputs = tf.where(emitted[:, :, None], acc["h"], tf.zeros_like(acc["h"]))
-    last_output = outputs[-1]
-    states = [final["h"], final["c"]] if lstm else [final["h"]]
-    return outputs, states, last_output
+    return outputs, [final[key] for key in spec.state_keys], outputs[-1]
+
+
+def _keras_arguments(arguments: Dict[str, Any]) -> Dict[str, Any]:
+  """A constructor's `locals()` as keyword arguments for Keras's __init__."""
+  passed = {k: v for k, v in arguments.items()
+            if k not in ("self", "__class__", "recompute", "kwargs")}
+  return {**passed, **arguments["kwargs"]}
+
+
+def _check_use_cudnn(use_cudnn):
+  if use_cudnn is True:
+    raise ValueError(
+        "use_cudnn=True: tf_recurrent never runs cuDNN; its loop is "
+        "tf_recurrent.recurrent, whose backward pass keeps only the states. "
+        "Pass use_cudnn='auto' (or False) for it, or use the Keras layer for "
+        "cuDNN.")
 
 
 @keras.saving.register_keras_serializable(package="tf_recurrent")
 class RNN(_RecurrentLoop, keras.layers.RNN):
   """`keras.layers.RNN` whose loop is `tf_recurrent.recurrent`.
 
-  Takes the arguments of `keras.layers.RNN` (`cell`, `return_sequences`,
-  `return_state`, `go_backwards`, `stateful`, `unroll` (accepted; the loop is
-  never unrolled), `zero_output_for_mask`) and behaves the same, but the
-  backward pass keeps only per-step states. `recompute=True` matters only
-  for a plain LSTMCell/GRUCell (see `LSTM`).
+  Takes the arguments of `keras.layers.RNN` and behaves the same, but the
+  backward pass keeps only per-step states. `unroll=True` runs Keras's own
+  unrolled loop. `recompute=True` matters only for a plain
+  LSTMCell/GRUCell/SimpleRNNCell (see `LSTM`).
 
   Example:
 
@@ -275,10 +331,21 @@ class RNN(_RecurrentLoop, keras.layers.RNN):
   TensorShape([2, 5, 4])
   """
 
+  def __init__(self, cell, return_sequences=False, return_state=False,
+               go_backwards=False, stateful=False, unroll=False,
+               zero_output_for_mask=False, *, recompute: bool = False,
+               **kwargs):
+    super().__init__(**_keras_arguments(locals()))
+    self._set_recompute(recompute)
+
 
 @keras.saving.register_keras_serializable(package="tf_recurrent")
 class LSTM(_RecurrentLoop, keras.layers.LSTM):
   """`keras.layers.LSTM` on `tf_recurrent.recurrent` with a hand-written gradient.
+
+  Takes the arguments of `keras.layers.LSTM`, plus `recompute`.
+  `use_cudnn="auto"` or False run tf_recurrent's loop; True raises (no
+  cuDNN here). `unroll=True` runs Keras's own unrolled loop.
 
   Example:
 
@@ -293,10 +360,29 @@ class LSTM(_RecurrentLoop, keras.layers.LSTM):
   TensorShape([2, 5, 8])
   """
 
+  def __init__(self, units, activation="tanh", recurrent_activation="sigmoid",
+               use_bias=True, kernel_initializer="glorot_uniform",
+               recurrent_initializer="orthogonal", bias_initializer="zeros",
+               unit_forget_bias=True, kernel_regularizer=None,
+               recurrent_regularizer=None, bias_regularizer=None,
+               activity_regularizer=None, kernel_constraint=None,
+               recurrent_constraint=None, bias_constraint=None, dropout=0.0,
+               recurrent_dropout=0.0, seed=None, return_sequences=False,
+               return_state=False, go_backwards=False, stateful=False,
+               unroll=False, use_cudnn="auto", *, recompute: bool = False,
+               **kwargs):
+    _check_use_cudnn(use_cudnn)
+    super().__init__(**_keras_arguments(locals()))
+    self._set_recompute(recompute)
+
 
 @keras.saving.register_keras_serializable(package="tf_recurrent")
 class GRU(_RecurrentLoop, keras.layers.GRU):
   """`keras.layers.GRU` on `tf_recurrent.recurrent` with a hand-written gradient.
+
+  Takes the arguments of `keras.layers.GRU`, plus `recompute` (the built-in
+  step needs `reset_after=True`, Keras's default). `use_cudnn` and `unroll`
+  as for `LSTM`.
 
   Example:
 
@@ -306,3 +392,83 @@ class GRU(_RecurrentLoop, keras.layers.GRU):
   >>> tf_recurrent.GRU(8, recompute=True).get_config()["recompute"]
   True
   """
+
+  def __init__(self, units, activation="tanh", recurrent_activation="sigmoid",
+               use_bias=True, kernel_initializer="glorot_uniform",
+               recurrent_initializer="orthogonal", bias_initializer="zeros",
+               kernel_regularizer=None, recurrent_regularizer=None,
+               bias_regularizer=None, activity_regularizer=None,
+               kernel_constraint=None, recurrent_constraint=None,
+               bias_constraint=None, dropout=0.0, recurrent_dropout=0.0,
+               seed=None, return_sequences=False, return_state=False,
+               go_backwards=False, stateful=False, unroll=False,
+               reset_after=True, use_cudnn="auto", *,
+               recompute: bool = False, **kwargs):
+    _check_use_cudnn(use_cudnn)
+    super().__init__(**_keras_arguments(locals()))
+    self._set_recompute(recompute)
+
+
+@keras.saving.register_keras_serializable(package="tf_recurrent")
+class SimpleRNN(_RecurrentLoop, keras.layers.SimpleRNN):
+  """`keras.layers.SimpleRNN` on `tf_recurrent.recurrent`, hand-written gradient.
+
+  Takes the arguments of `keras.layers.SimpleRNN`, plus `recompute`. The
+  built-in step needs the tanh activation (Keras's default) and no
+  recurrent dropout; other configurations run the cell as it is.
+
+  Example:
+
+  >>> import tf_recurrent
+  >>> tf_recurrent.SimpleRNN(8, return_sequences=True)(
+  ...     tf.ones([2, 5, 3])).shape
+  TensorShape([2, 5, 8])
+  """
+
+  def __init__(self, units, activation="tanh", use_bias=True,
+               kernel_initializer="glorot_uniform",
+               recurrent_initializer="orthogonal", bias_initializer="zeros",
+               kernel_regularizer=None, recurrent_regularizer=None,
+               bias_regularizer=None, activity_regularizer=None,
+               kernel_constraint=None, recurrent_constraint=None,
+               bias_constraint=None, dropout=0.0, recurrent_dropout=0.0,
+               return_sequences=False, return_state=False, go_backwards=False,
+               stateful=False, unroll=False, seed=None, *,
+               recompute: bool = False, **kwargs):
+    super().__init__(**_keras_arguments(locals()))
+    self._set_recompute(recompute)
+
+
+@keras.saving.register_keras_serializable(package="tf_recurrent")
+class ConvLSTM2D(_RecurrentLoop, keras.layers.ConvLSTM2D):
+  """`keras.layers.ConvLSTM2D` on `tf_recurrent.recurrent`.
+
+  Takes the arguments of `keras.layers.ConvLSTM2D` (`recompute` is accepted
+  for symmetry; the convolutional cell is always recomputed). Per frame the
+  backward pass keeps only the state (h and c), where Keras's loop keeps
+  every gate activation of every frame: the layer whose per-step
+  activations are the largest of all.
+
+  Example:
+
+  >>> import tf_recurrent
+  >>> layer = tf_recurrent.ConvLSTM2D(4, 3, padding="same",
+  ...                                 return_sequences=True)
+  >>> layer(tf.ones([2, 5, 8, 8, 3])).shape
+  TensorShape([2, 5, 8, 8, 4])
+  """
+
+  def __init__(self, filters, kernel_size, strides=1, padding="valid",
+               data_format=None, dilation_rate=1, activation="tanh",
+               recurrent_activation="sigmoid", use_bias=True,
+               kernel_initializer="glorot_uniform",
+               recurrent_initializer="orthogonal", bias_initializer="zeros",
+               unit_forget_bias=True, kernel_regularizer=None,
+               recurrent_regularizer=None, bias_regularizer=None,
+               activity_regularizer=None, kernel_constraint=None,
+               recurrent_constraint=None, bias_constraint=None, dropout=0.0,
+               recurrent_dropout=0.0, seed=None, return_sequences=False,
+               return_state=False, go_backwards=False, stateful=False, *,
+               recompute: bool = False, **kwargs):
+    super().__init__(**_keras_arguments(locals()))
+    self._set_recompute(recompute)

@@ -1,12 +1,14 @@
 """The forward loop, the reverse loop, and the custom gradient joining them.
 
 `build` adds both loops for one call of `tf_recurrent.recurrent` to the
-current graph. What the reverse loop reads the state entering step t from
-depends on what the forward loop kept:
+current graph. What the forward loop keeps, and how the reverse loop reads
+the state entering step t from it, is one storage object used by both
+passes (`_storage` picks it):
 
-* `rows`: the returned accumulator (or, when only the final state is asked
-  for, an internal one of the carried states): one row per step.
-* `checkpoints`: every k-th state. The reverse loop walks the segments of k
+* `_Rows`: one row per step and state leaf, the returned accumulator (or,
+  when only the final state is asked for, an internal one of the carried
+  states).
+* `_Checkpoints`: every k-th state. The reverse loop walks the segments of k
   steps last to first, recomputes each segment's states from its checkpoint,
   then backprops through it: about T/k + k states held instead of T, for one
   extra forward pass.
@@ -22,10 +24,10 @@ from typing import Any, Callable, List, Optional, Tuple, Union
 import tensorflow as tf
 
 from tf_recurrent import accumulators
-from tf_recurrent import recompute
 from tf_recurrent import lengths as lengths_lib
 from tf_recurrent import masks
 from tf_recurrent import probe as probe_lib
+from tf_recurrent import recompute
 from tf_recurrent import seeds
 from tf_recurrent import structs
 
@@ -35,17 +37,20 @@ class Options:
   """The static choices of one call (hashable: part of the eager cache key).
 
   Attributes:
-    use_tpu: Build for XLA whatever the tracing context says.
-    accumulate_state: Return every step's state, not just the final one.
-    returned_rows: Per flat state leaf, whether its rows are returned (None:
-      all of them, when `accumulate_state`). Rows not returned are still
-      kept for the backward pass, but get no incoming gradient.
+    use_xla: Build for XLA whatever the tracing context says (the public
+      `use_tpu`).
+    returned_rows: Per flat state leaf, whether its rows are returned. Rows
+      not returned are still kept for the backward pass (unless
+      checkpointing), but get no incoming gradient.
     checkpoint_every: None, a segment length k >= 1, or "sqrt".
   """
-  use_tpu: bool = False
-  accumulate_state: bool = True
-  returned_rows: Optional[Tuple[bool, ...]] = None
+  use_xla: bool
+  returned_rows: Tuple[bool, ...]
   checkpoint_every: Union[None, int, str] = None
+
+  @property
+  def returns_rows(self) -> bool:
+    return any(self.returned_rows)
 
 
 def segment_length(checkpoint_every, total_steps):
@@ -76,11 +81,10 @@ def build(theta, state0, inputs, cell_fn, cell_grad, stop_fn,
     seed: None, or the int `[2]` base seed for `step_seed()`.
 
   Returns:
-    `(acc_state, final_state)`; `acc_state` is None unless
-    `options.accumulate_state`, and its leaves not in `options.returned_rows`
-    are None.
+    `(acc_state, final_state)`; `acc_state` has the structure of `state0`,
+    its leaves not in `options.returned_rows` being None.
   """
-  use_xla = bool(options.use_tpu) or accumulators.in_xla_context()
+  use_xla = options.use_xla or accumulators.in_xla_context()
   program = _Program(theta, state0, inputs, cell_fn, cell_grad, stop_fn,
                      step, use_xla, sequence_length, seed)
   flat_theta = tf.nest.flatten(theta)
@@ -92,95 +96,140 @@ def build(theta, state0, inputs, cell_fn, cell_grad, stop_fn,
   total_steps = tf.shape(flat_inputs[0], out_type=tf.int32)[0]
   limit = _step_limit(total_steps, flat_inputs, max_input_length,
                       program.lengths, use_xla)
-
-  k = options.checkpoint_every
-  if k == 1 or (k is not None and options.accumulate_state):
-    # Rows are kept anyway; checkpoints would hold nothing less.
-    checkpoints = False
-  else:
-    checkpoints = k is not None
-  k = segment_length(k, total_steps) if checkpoints else None
-  # With the states returned but checkpointing asked for, a custom
-  # cell_grad's extras are recomputed per step instead of kept.
-  recompute_extras = options.checkpoint_every is not None
-  keep_extras = program.has_extras and not recompute_extras
-  returned = [options.accumulate_state and (
-      options.returned_rows is None or options.returned_rows[i])
-              for i in range(n_state)]
+  storage = _storage(options, total_steps)
+  # With checkpointing asked for, a custom cell_grad's extras are recomputed
+  # per step instead of kept, even when every state row is kept anyway.
+  keep_extras = program.has_extras and options.checkpoint_every is None
 
   @tf.custom_gradient
   def forward(*args):
     flat_t = list(args[:n_theta])
     flat_s0 = list(args[n_theta:n_theta + n_state])
     flat_x = list(args[n_theta + n_state:n_theta + n_state + n_inputs])
-    sinks = []
-    row_accs = {}
-
-    def add_sink(name, template, num_rows, index_fn, value_fn):
-      acc = accumulators.RowAccumulator(template, num_rows, use_xla)
-      row_accs[name] = acc
-      sinks.append((acc, lambda h, t, s_in, out: acc.write(
-          h, index_fn(t), value_fn(s_in, out))))
-
-    for i, s in enumerate(flat_s0):
-      if options.accumulate_state:
-        add_sink(("acc", i), s, total_steps, lambda t: t,
-                 lambda s_in, out, i=i: out.row[i])
-      elif not checkpoints:
-        add_sink(("rows", i), s, total_steps, lambda t: t,
-                 lambda s_in, out, i=i: out.carry[i])
-      else:
-        # Row t // k holds the state entering step t when t % k == 0; other
-        # steps write the spare last row.
-        num_segments = (total_steps + k - 1) // k
-        add_sink(("checkpoints", i), s, num_segments + 1,
-                 lambda t: tf.where(t % k == 0, t // k, num_segments),
-                 lambda s_in, out, i=i: s_in[i])
-    if keep_extras and not checkpoints:
-      for i, e in enumerate(program.extras_templates(flat_t, flat_s0, flat_x)):
-        add_sink(("extras", i), e, total_steps, lambda t: t,
-                 lambda s_in, out, i=i: out.extras[i])
-
+    sinks = storage.sinks(flat_s0, total_steps, use_xla)
+    extras_sinks = []
+    if keep_extras:
+      extras_sinks = [
+          _RowSink(e, total_steps, use_xla, lambda s_in, out, i=i:
+                   out.extras[i])
+          for i, e in enumerate(program.extras_templates(flat_t, flat_s0,
+                                                         flat_x))]
     n_run, final, handles = program.run_forward(
-        flat_t, flat_x, 0, limit, flat_s0, sinks, with_stop=True)
-    kept = {name: acc.stack(h) for (name, acc), h in
-            zip(row_accs.items(), handles)}
-    acc_state = [kept[("acc", i)] for i in range(n_state)
-                 ] if options.accumulate_state else []
-    returned_acc = [a for a, r in zip(acc_state, returned) if r]
+        flat_t, flat_x, 0, limit, flat_s0, sinks + extras_sinks,
+        with_stop=True)
+    kept = [sink.stack(h) for sink, h in zip(sinks + extras_sinks, handles)]
+    kept, kept_extras = kept[:len(sinks)], kept[len(sinks):]
+    returned_acc = storage.returned(kept)
 
     def grad_fn(*dys, variables=None):
-      d_returned = iter(dys[:len(returned_acc)])
-      d_acc = [next(d_returned) if r else None for r in returned]
+      d_returned = list(dys[:len(returned_acc)])
       d_final = list(dys[len(returned_acc):])
       carry = program.initial_grad_carry(flat_t, flat_s0, flat_x, d_final,
                                          variables)
-      if checkpoints:
-        ckpts = [kept[("checkpoints", i)] for i in range(n_state)]
-        carry = program.reverse_segments(flat_t, flat_x, n_run, k, ckpts,
-                                         carry)
-      else:
-        if options.accumulate_state:
-          rows, rows_zeroed = acc_state, True
-        else:
-          rows, rows_zeroed = [kept[("rows", i)] for i in range(n_state)
-                               ], False
-        extras = ([kept[("extras", i)] for i in range(len(
-            tf.nest.flatten(step.extras)))] if keep_extras else None)
-        carry = program.reverse_rows(flat_t, flat_s0, flat_x, n_run, rows,
-                                     rows_zeroed, final, extras, d_acc, carry)
+      carry = storage.reverse(program, flat_t, flat_s0, flat_x, n_run, kept,
+                              final, kept_extras if keep_extras else None,
+                              d_returned, carry)
       return program.finish_grads(carry)
 
     return returned_acc + list(final), grad_fn
 
   outs = forward(*(flat_theta + flat_state0 + flat_inputs + captured))
-  n_acc = sum(returned)
+  n_acc = sum(options.returned_rows)
   acc_outs = iter(outs[:n_acc])
-  acc_state = (tf.nest.pack_sequence_as(
-      state0, [next(acc_outs) if r else None for r in returned])
-               if options.accumulate_state else None)
+  acc_state = tf.nest.pack_sequence_as(
+      state0, [next(acc_outs) if r else None for r in options.returned_rows])
   final_state = tf.nest.pack_sequence_as(state0, outs[n_acc:])
   return acc_state, final_state
+
+
+def _storage(options: Options, total_steps):
+  """How the forward pass keeps what the backward pass reads."""
+  k = options.checkpoint_every
+  if k is None or k == 1 or options.returns_rows:
+    # Rows are kept anyway (returned, or k=1): checkpoints would hold no less.
+    return _Rows(options.returned_rows)
+  return _Checkpoints(segment_length(k, total_steps))
+
+
+class _RowSink:
+  """One accumulator written every step: `acc[index(t)] = value(s_in, out)`."""
+
+  def __init__(self, template, num_rows, use_xla, value_fn,
+               index_fn=lambda t: t):
+    self.acc = accumulators.RowAccumulator(template, num_rows, use_xla)
+    self.value_fn, self.index_fn = value_fn, index_fn
+
+  def empty(self):
+    return self.acc.empty()
+
+  def write(self, handle, t, state_in, out):
+    return self.acc.write(handle, self.index_fn(t),
+                          self.value_fn(state_in, out))
+
+  def stack(self, handle):
+    return self.acc.stack(handle)
+
+
+class _Rows:
+  """Storage: one row per step and state leaf.
+
+  When any leaf is returned, every leaf's rows are the returned rows (zeros
+  for an example past its length: `_StepOut.row`); otherwise they are
+  internal and hold the carried state (`_StepOut.carry`). The reverse loop
+  reads the state entering step t from row t - 1.
+  """
+
+  def __init__(self, returned_rows: Tuple[bool, ...]):
+    self.returned_rows = returned_rows
+    self.returns = any(returned_rows)
+
+  def sinks(self, flat_s0, total_steps, use_xla):
+    return [_RowSink(s, total_steps, use_xla,
+                     (lambda s_in, out, i=i: out.row[i]) if self.returns else
+                     (lambda s_in, out, i=i: out.carry[i]))
+            for i, s in enumerate(flat_s0)]
+
+  def returned(self, kept):
+    return [rows for rows, r in zip(kept, self.returned_rows) if r]
+
+  def reverse(self, program, flat_t, flat_s0, flat_x, n_run, kept, final,
+              extras, d_returned, carry):
+    d_iter = iter(d_returned)
+    d_rows = [next(d_iter) if r else None for r in self.returned_rows]
+    return program.reverse_rows(flat_t, flat_s0, flat_x, n_run, kept,
+                                self.returns, final, extras, d_rows, carry)
+
+
+class _Checkpoints:
+  """Storage: the state entering every k-th step (final state only).
+
+  Row t // k holds the state entering step t when t % k == 0; other steps
+  write a spare last row. The reverse loop recomputes each segment of k
+  steps from its checkpoint, then backprops through it.
+  """
+
+  returns = False
+
+  def __init__(self, k):
+    self.k = k
+
+  def sinks(self, flat_s0, total_steps, use_xla):
+    k = self.k
+    num_segments = (total_steps + k - 1) // k
+    return [_RowSink(s, num_segments + 1, use_xla,
+                     lambda s_in, out, i=i: s_in[i],
+                     lambda t: tf.where(t % k == 0, t // k, num_segments))
+            for i, s in enumerate(flat_s0)]
+
+  def returned(self, kept):
+    del kept
+    return []
+
+  def reverse(self, program, flat_t, flat_s0, flat_x, n_run, kept, final,
+              extras, d_returned, carry):
+    del flat_s0, final, extras, d_returned
+    return program.reverse_segments(flat_t, flat_x, n_run, self.k, kept,
+                                    carry)
 
 
 def _step_limit(total_steps, flat_inputs, max_input_length, lengths,
@@ -315,7 +364,7 @@ class _Program:
     """Runs steps [start, stop) (or until `stop_fn`), writing every sink.
 
     Args:
-      sinks: `(RowAccumulator, write(handle, t, state_in, step_out))` pairs.
+      sinks: `_RowSink`s, each written once per step.
       with_stop: Whether `stop_fn` may end the loop early.
 
     Returns:
@@ -333,14 +382,14 @@ class _Program:
 
     def body(t, state, handles):
       out = self.step(flat_t, flat_x, t, state)
-      handles = [write(h, t, state, out)
-                 for (_, write), h in zip(sinks, handles)]
+      handles = [sink.write(h, t, state, out)
+                 for sink, h in zip(sinks, handles)]
       return t + 1, out.carry, handles
 
     return tf.while_loop(
         cond, body,
         (tf.convert_to_tensor(start, tf.int32), list(state),
-         [acc.empty() for acc, _ in sinks]),
+         [sink.empty() for sink in sinks]),
         parallel_iterations=1)
 
   # The per-step gradient.
@@ -458,21 +507,19 @@ class _Program:
       start = j * k
       stop = tf.minimum(start + k, n_run)
       ckpt = [accumulators.read_row(c, j) for c in checkpoints]
-      sinks = []
-      for s in ckpt:
-        acc = accumulators.RowAccumulator(s, k, self.use_xla)
-        sinks.append((acc, lambda h, t, s_in, out, acc=acc, i=len(sinks):
-                      acc.write(h, t - start, out.carry[i])))
+      at = lambda t: t - start  # Rows of this segment.
+      sinks = [_RowSink(s, k, self.use_xla,
+                        lambda s_in, out, i=i: out.carry[i], at)
+               for i, s in enumerate(ckpt)]
       n_state = len(sinks)
       if self.has_extras:
-        for e in self.extras_templates(flat_t, ckpt, flat_x):
-          acc = accumulators.RowAccumulator(e, k, self.use_xla)
-          sinks.append((acc, lambda h, t, s_in, out, acc=acc,
-                        i=len(sinks) - n_state:
-                        acc.write(h, t - start, out.extras[i])))
+        sinks += [_RowSink(e, k, self.use_xla,
+                           lambda s_in, out, i=i: out.extras[i], at)
+                  for i, e in enumerate(self.extras_templates(flat_t, ckpt,
+                                                              flat_x))]
       _, _, handles = self.run_forward(flat_t, flat_x, start, stop, ckpt,
                                        sinks, with_stop=False)
-      seg = [acc.stack(h) for (acc, _), h in zip(sinks, handles)]
+      seg = [sink.stack(h) for sink, h in zip(sinks, handles)]
       seg_states, seg_extras = seg[:n_state], seg[n_state:]
 
       def state_prev_fn(t):

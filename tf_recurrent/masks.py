@@ -6,6 +6,8 @@ tensors along the batch axis (axis 0 of a state or of one step's input
 row). Everything that does so goes through `select`.
 """
 
+from typing import Any
+
 import tensorflow as tf
 
 
@@ -31,6 +33,12 @@ def select(mask: tf.Tensor, on: tf.Tensor, off: tf.Tensor) -> tf.Tensor:
   [[1.0, 1.0], [0.0, 0.0]]
   """
   return tf.where(expand(mask, on), on, off)
+
+
+def select_structure(mask: tf.Tensor, on: Any, off: Any) -> Any:
+  """`select` leaf by leaf over two structures alike (a masked step carries
+  its state through: `select_structure(mask, new_state, old_state)`)."""
+  return tf.nest.map_structure(lambda a, b: select(mask, a, b), on, off)
 
 
 def zero_where_off(mask: tf.Tensor, x: tf.Tensor) -> tf.Tensor:

@@ -200,8 +200,7 @@ def _recurrent(theta, state0, inputs, cell_fn, cell_grad, extras,
         sequence_length, state0, inputs, static_length)
   returned_rows = _check_accumulate_state(accumulate_state, state0)
   options = loops.Options(
-      use_tpu=bool(use_tpu), accumulate_state=any(returned_rows),
-      returned_rows=returned_rows,
+      use_xla=bool(use_tpu), returned_rows=returned_rows,
       checkpoint_every=_check_checkpoint_every(checkpoint_every))
   if seed is not None:
     seed = tf.convert_to_tensor(seed)
@@ -215,12 +214,12 @@ def _recurrent(theta, state0, inputs, cell_fn, cell_grad, extras,
   _check_gradient_is_computable(step, cell_grad)
 
   if static_length == 0:
-    acc_state, final_state = _no_steps(state0)
+    acc_state, final_state = _no_steps(state0, returned_rows)
   elif (cell_grad is None and static_length == 1 and
         max_input_length in (None, 1) and sequence_length is None and
         stop_fn is None):
     acc_state, final_state = _single_step(theta, state0, inputs, cell_fn,
-                                          seed)
+                                          seed, returned_rows)
   elif tf.executing_eagerly():
     traced = _eager_function(cell_fn, cell_grad, stop_fn, options, step)
     if max_input_length is not None:
@@ -231,16 +230,8 @@ def _recurrent(theta, state0, inputs, cell_fn, cell_grad, extras,
     acc_state, final_state = loops.build(
         theta, state0, inputs, cell_fn, cell_grad, stop_fn, step, options,
         max_input_length, sequence_length, seed)
-  if options.accumulate_state:
-    flat_acc = tf.nest.flatten(acc_state)
-  elif isinstance(accumulate_state, bool):
+  if accumulate_state is False:
     return None, final_state
-  else:
-    flat_acc = [None] * len(returned_rows)
-  # The loops return None for leaves not asked for; the shortcuts do not.
-  acc_state = tf.nest.pack_sequence_as(state0, [
-      acc if returned else None
-      for acc, returned in zip(flat_acc, returned_rows)])
   if not time_major:
     acc_state = structs.swap_batch_and_time(acc_state, "acc_state")
   return acc_state, final_state
@@ -368,20 +359,29 @@ def _check_checkpoint_every(checkpoint_every):
   return checkpoint_every
 
 
-def _single_step(theta, state0, inputs, cell_fn, seed):
+def _returned(rows, returned_rows):
+  """`rows` with the leaves not returned per step set to None."""
+  return tf.nest.pack_sequence_as(rows, [
+      r if returned else None
+      for r, returned in zip(tf.nest.flatten(rows), returned_rows)])
+
+
+def _single_step(theta, state0, inputs, cell_fn, seed, returned_rows):
   """T is statically 1: one call of cell_fn, differentiated by autodiff."""
   inputs_t = tf.nest.map_structure(lambda x: x[0], inputs)
   with seeds.seeded_step(seeds.seed_source(seed), 0):
     state1, _ = cell_fn(theta, state0, inputs_t)
   state1 = tf.nest.pack_sequence_as(state0, tf.nest.flatten(state1))
-  return tf.nest.map_structure(lambda x: tf.expand_dims(x, 0), state1), state1
+  rows = tf.nest.map_structure(lambda x: tf.expand_dims(x, 0), state1)
+  return _returned(rows, returned_rows), state1
 
 
-def _no_steps(state0):
+def _no_steps(state0, returned_rows):
   """T is statically 0: empty accumulators, and state0 passed through."""
-  acc = tf.nest.map_structure(
+  rows = tf.nest.map_structure(
       lambda s: tf.zeros(tf.concat([[0], tf.shape(s)], 0), s.dtype), state0)
-  return acc, tf.nest.map_structure(tf.identity, state0)
+  return (_returned(rows, returned_rows),
+          tf.nest.map_structure(tf.identity, state0))
 
 
 def _eager_function(cell_fn, cell_grad, stop_fn, options, step):
@@ -411,7 +411,7 @@ def _eager_function(cell_fn, cell_grad, stop_fn, options, step):
                          max_input_length, sequence_length, seed)
 
     entry["traced"] = tf.function(run, autograph=False,
-                                  jit_compile=options.use_tpu or None)
+                                  jit_compile=options.use_xla or None)
     # Holding the closure keeps the ids in the fingerprint from being reused.
     entry["closure"] = step.closure
     _eager_cache[key] = entry

@@ -40,6 +40,16 @@ _VARIABLE_WRITES = frozenset({
 })
 
 
+# Stateful op types the traced step holds whatever the cell does.
+_BOOKKEEPING = frozenset({"Placeholder", "NoOp"})
+
+
+def _describe_op(op: tf.Operation) -> str:
+  """`type (name)`, with the function a call op calls."""
+  called = op.node_def.attr["f"].func.name if "f" in op.node_def.attr else ""
+  return f"{op.type} ({op.name}{', calls ' + called if called else ''})"
+
+
 def _is_stateful_random(op_type: str) -> bool:
   if op_type.startswith("Stateless") or op_type == "RandomIndexShuffle":
     return False
@@ -57,6 +67,8 @@ class StepProbe:
     uses_step_seed: Whether `cell_fn` calls `tf_recurrent.step_seed()`.
     stateful_random_ops: Names of stateful random ops `cell_fn` creates.
     variable_writes: Names of ops by which `cell_fn` assigns to variables.
+    stateful_ops: `type (name)` of every stateful op `cell_fn` runs at its
+      top level (a call of a stateful nested function names the function).
     fingerprint: What the traced step computes: a digest of its graph (ops,
       attributes, constants' values, shapes and dtypes, the functions it
       calls) and the ids of every outer object it reads (tensors and
@@ -70,6 +82,7 @@ class StepProbe:
   uses_step_seed: bool
   stateful_random_ops: List[str]
   variable_writes: List[str]
+  stateful_ops: List[str] = dataclasses.field(default_factory=list)
   fingerprint: Any = None
   closure: List[Any] = dataclasses.field(default_factory=list)
 
@@ -180,6 +193,8 @@ def probe_step(cell_fn: Callable[..., Any],
                      if _is_stateful_random(op_type)})
   writes = sorted({name for op_type, name in op_types
                    if op_type in _VARIABLE_WRITES})
+  stateful_ops = [_describe_op(op) for op in graph.get_operations()
+                  if op.op_def.is_stateful and op.type not in _BOOKKEEPING]
 
   # Every outer float tensor may need a gradient: a tape can watch a graph
   # constant too, and tf.gradients can differentiate with respect to one.
@@ -194,5 +209,6 @@ def probe_step(cell_fn: Callable[..., Any],
       uses_step_seed=any(seed_used),
       stateful_random_ops=stateful,
       variable_writes=writes,
+      stateful_ops=stateful_ops,
       fingerprint=(digest.hexdigest(), tuple(id(c) for c in closure)),
       closure=closure)
