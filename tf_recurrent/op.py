@@ -72,8 +72,12 @@ def recurrent(theta: Any,
       that agree on T. T may be unknown until run time.
     cell_fn: `(theta, state0, inputs_t) -> (state1, extras)`; `state1` has
       the structure, dtypes and shapes of `state0`. It may read trainable
-      variables and outer tensors it closes over; both get gradients. For
-      randomness use stateless ops seeded by `tf_recurrent.step_seed()`.
+      variables and outer tensors it closes over (from ops, constants, TF1
+      placeholders); both get gradients, in every mode. Called eagerly, the
+      op computes what `cell_fn` computes now: its compiled loops are reused
+      only while the traced step (graph, constants, the tensors and
+      variables it reads) is unchanged. For randomness use stateless ops
+      seeded by `tf_recurrent.step_seed()` (a new seed per call).
     cell_grad: Optional `(theta, state0, inputs_t, extras, dstate1) ->
       (dtheta, dstate0, dinputs_t)`; None leaves mean zeros. Without it each
       step is recomputed under a `tf.GradientTape`.
@@ -81,7 +85,8 @@ def recurrent(theta: Any,
       `cell_fn` returns; derived by tracing `cell_fn` when None.
     max_input_length: Optional Python int or scalar int tensor: only the first
       `max_input_length` steps run; later accumulator rows and input
-      gradients are zeros.
+      gradients are zeros. A tensor out of [0, T] raises when the graph runs
+      (eager, `tf.function`, TF1 graphs; XLA clips it).
     use_tpu: Build for XLA (TPU): in-place dynamic-update-slice
       accumulators. Under `jit_compile=True` this is detected without the
       flag.
