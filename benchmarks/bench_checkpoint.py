@@ -23,7 +23,7 @@ Writes CHECKPOINT.md and checkpoint.json into --out_dir.
 
 import json
 import os
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional
 
 from absl import app
 from absl import flags
@@ -32,7 +32,7 @@ from benchmarks.common import best_seconds
 from benchmarks.common import environment
 from benchmarks.common import jax_lstm_step
 from benchmarks.common import peak_rss_bytes
-from benchmarks.common import peak_rss_of_child
+from benchmarks.common import peak_rss_of_children
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("batch", 32, "Batch size B.")
@@ -116,11 +116,13 @@ def time_per_step(name: str) -> float:
   return best_seconds(step, FLAGS.repeats) / FLAGS.time_length * 1e6
 
 
-def peak_memory(name: str, T: int) -> Optional[int]:
-  """Peak RSS of one training step at length T, in a fresh subprocess."""
-  return peak_rss_of_child("benchmarks.bench_checkpoint", [
-      f"--child={name}|{T}", f"--batch={FLAGS.batch}",
-      f"--input={FLAGS.input}", f"--hidden={FLAGS.hidden}"])
+def peak_memory(name: str, lengths: List[int]) -> List[Optional[int]]:
+  """Peak RSS of one training step at each length, each in a fresh
+  subprocess."""
+  return peak_rss_of_children("benchmarks.bench_checkpoint", [
+      [f"--child={name}|{T}", f"--batch={FLAGS.batch}",
+       f"--input={FLAGS.input}", f"--hidden={FLAGS.hidden}"]
+      for T in lengths])
 
 
 SQRT = "recurrent, final only, checkpoint_every=\"sqrt\""
@@ -207,7 +209,7 @@ def main(argv):
       print(f"{name}: jax not installed, skipped")
       continue
     us = time_per_step(name)
-    peaks = [peak_memory(name, T) for T in lengths]
+    peaks = peak_memory(name, lengths)
     slope = (None if None in peaks else
              (peaks[1] - peaks[0]) / (lengths[1] - lengths[0]))
     results["rows"].append({"name": name, "us_per_step": us, "peaks": peaks,

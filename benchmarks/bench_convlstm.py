@@ -32,7 +32,7 @@ from absl import flags
 from benchmarks.common import best_seconds
 from benchmarks.common import environment
 from benchmarks.common import peak_rss_bytes
-from benchmarks.common import peak_rss_of_child
+from benchmarks.common import peak_rss_of_children
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("lengths", ["32", "64", "128", "256"], "Frames T (time).")
@@ -81,10 +81,10 @@ def child(spec: str) -> None:
 
 def memory_slope(name: str, jit: bool) -> Dict[str, object]:
   lengths = [int(t) for t in FLAGS.memory_lengths]
-  peaks = [peak_rss_of_child("benchmarks.bench_convlstm", [
-      f"--child={name}|{int(jit)}|{t}", f"--batch={FLAGS.batch}",
-      f"--side={FLAGS.side}", f"--channels={FLAGS.channels}",
-      f"--filters={FLAGS.filters}"]) for t in lengths]
+  peaks = peak_rss_of_children("benchmarks.bench_convlstm", [
+      [f"--child={name}|{int(jit)}|{t}", f"--batch={FLAGS.batch}",
+       f"--side={FLAGS.side}", f"--channels={FLAGS.channels}",
+       f"--filters={FLAGS.filters}"] for t in lengths])
   if None in peaks:
     return {"peaks": peaks, "bytes_per_frame": None, "vs_state": None}
   slope = (peaks[1] - peaks[0]) / (lengths[1] - lengths[0])

@@ -31,7 +31,7 @@ from benchmarks.common import best_seconds
 from benchmarks.common import environment
 from benchmarks.common import jax_lstm_step
 from benchmarks.common import peak_rss_bytes
-from benchmarks.common import peak_rss_of_child
+from benchmarks.common import peak_rss_of_children
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("lengths", ["100", "250", "1000", "2000"], "Sequence lengths.")
@@ -225,16 +225,13 @@ def memory_child(spec: str) -> None:
 def measure_memory(name: str, jit: bool,
                    env: Optional[Dict[str, str]] = None) -> Optional[tuple]:
   """(bytes per extra time step, [peak at each memory length])."""
-  peaks = []
   lengths = [int(t) for t in FLAGS.memory_lengths]
-  for T in lengths:
-    peak = peak_rss_of_child("benchmarks.bench_lstm", [
-        f"--memory_child={name}|{int(jit)}|{T}", f"--batch={FLAGS.batch}",
-        f"--input={FLAGS.input}", f"--memory_hidden={FLAGS.memory_hidden}"],
-                             env=env)
-    if peak is None:
-      return None
-    peaks.append(peak)
+  peaks = peak_rss_of_children("benchmarks.bench_lstm", [
+      [f"--memory_child={name}|{int(jit)}|{T}", f"--batch={FLAGS.batch}",
+       f"--input={FLAGS.input}", f"--memory_hidden={FLAGS.memory_hidden}"]
+      for T in lengths], env=env)
+  if None in peaks:
+    return None
   return (peaks[1] - peaks[0]) / (lengths[1] - lengths[0]), peaks
 
 
