@@ -240,22 +240,23 @@ def _skip_leading(cell_fn, cell_grad, inputs, first):
                                          extras, dstate1)
     running = inputs_t["t"] >= first
 
-    def only_when_running(grad, passed):
-      """The step's gradient, or `passed` for a skipped step."""
-      if grad is None:
-        grad = tf.zeros_like(passed)
-      return tf.where(running, grad, tf.cast(passed, grad.dtype))
+    def zero_when_skipped(grad, like):
+      del like  # The structure only.
+      return None if grad is None else tf.where(running, grad,
+                                                tf.zeros_like(grad))
 
-    zeros = lambda x: tf.zeros_like(x)  # pylint: disable=unnecessary-lambda
-    return (
-        tf.nest.map_structure(
-            lambda g, x: None if g is None else only_when_running(g, zeros(x)),
-            dtheta, theta, check_types=False),
-        tf.nest.map_structure(only_when_running, dstate0, dstate1,
-                              check_types=False),
-        {"inputs": tf.nest.map_structure(
-            lambda g, x: None if g is None else only_when_running(g, zeros(x)),
-            dinputs, inputs_t["inputs"], check_types=False), "t": None})
+    def passed_when_skipped(grad, dstate):
+      """A skipped step passes its state's gradient straight through."""
+      grad = tf.zeros_like(dstate) if grad is None else grad
+      return tf.where(running, grad, tf.cast(dstate, grad.dtype))
+
+    return (tf.nest.map_structure(zero_when_skipped, dtheta, theta,
+                                  check_types=False),
+            tf.nest.map_structure(passed_when_skipped, dstate0, dstate1,
+                                  check_types=False),
+            {"inputs": tf.nest.map_structure(
+                zero_when_skipped, dinputs, inputs_t["inputs"],
+                check_types=False), "t": None})
 
   return skipping_fn, skipping_grad, run_inputs
 
