@@ -54,16 +54,19 @@ flags.DEFINE_bool("merge", False,
 
 KERAS_LSTM = "keras.layers.LSTM"
 LEAN_LSTM = "tf_recurrent.LSTM(recompute=True)"
+KERAS_GRU = "keras.layers.GRU"
+GRU_IMPLS = ["tf_recurrent.GRU", "tf_recurrent.GRU(recompute=True)",
+             KERAS_GRU]
 TF_IMPLS = ["tf_recurrent.recurrent (default cell_grad)",
             "tf_recurrent.RNN(LSTMCell)", "tf_recurrent.LSTM", LEAN_LSTM,
             KERAS_LSTM,
-            "tf.scan", "tf.while_loop + TensorArray"]
+            "tf.scan", "tf.while_loop + TensorArray"] + GRU_IMPLS
 # The fastest layer and Keras under Keras's mixed_bfloat16 policy: bfloat16
 # compute, float32 weights (and float32 weight gradients).
 MIXED = " (mixed_bfloat16)"
 MIXED_IMPLS = ["tf_recurrent.LSTM" + MIXED, KERAS_LSTM + MIXED]
 JAX_IMPLS = ["jax lax.scan", "jax lax.scan + checkpoint"]
-FLOOR = "compute floor (3 matmuls, XLA)"
+FLOOR = "compute floor (6 matmuls, XLA)"
 # The TF executor allocates each tensor with glibc malloc, whose mmap
 # threshold grows as large blocks are freed; the per-step rows of a TensorList
 # then fragment the heap. Pinning the threshold shows how much of a TF-mode
@@ -107,7 +110,7 @@ def _tf_step(name: str, T: int, B: int, D: int, H: int, jit: bool):
       return acc["h"]
   elif name.removesuffix(MIXED) in ("tf_recurrent.RNN(LSTMCell)",
                                     "tf_recurrent.LSTM", LEAN_LSTM,
-                                    KERAS_LSTM):
+                                    KERAS_LSTM, *GRU_IMPLS):
     # A layer keeps the policy it was made under.
     keras.mixed_precision.set_global_policy(
         "mixed_bfloat16" if name.endswith(MIXED) else "float32")
@@ -118,6 +121,11 @@ def _tf_step(name: str, T: int, B: int, D: int, H: int, jit: bool):
       layer = tf_recurrent.LSTM(H, return_sequences=True)
     elif name == LEAN_LSTM:
       layer = tf_recurrent.LSTM(H, return_sequences=True, recompute=True)
+    elif name in GRU_IMPLS[:2]:
+      layer = tf_recurrent.GRU(H, return_sequences=True,
+                               recompute=name.endswith("(recompute=True)"))
+    elif name == KERAS_GRU:
+      layer = keras.layers.GRU(H, return_sequences=True, use_cudnn=False)
     else:
       layer = keras.layers.LSTM(H, return_sequences=True, use_cudnn=False)
     keras.mixed_precision.set_global_policy("float32")
@@ -153,20 +161,33 @@ def _tf_step(name: str, T: int, B: int, D: int, H: int, jit: bool):
   return lambda: [g.numpy() for g in step()]
 
 
-def _floor_step(T: int, B: int, H: int):
-  """The recurrent matmuls of a training step, batched over T, under XLA."""
+def _floor_step(T: int, B: int, D: int, H: int):
+  """Every matmul of an LSTM training step, batched over T, under XLA.
+
+  The input projection x @ W and the recurrent h @ U, and both gradients of
+  each (dW = x^T dz, dx = dz W^T, dU = h^T dz, dh = dz U^T), each as one GEMM
+  over all T*B rows: what no loop can beat, since two of the six depend on
+  the previous step and must run one step at a time.
+  """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   rng = tf.random.Generator.from_seed(0)
+  x = rng.normal([T * B, D])
   h = rng.normal([T * B, H])
   dz = rng.normal([T * B, 4 * H])
-  kernel = rng.normal([H, 4 * H])
+  kernel = rng.normal([D, 4 * H])
+  recurrent_kernel = rng.normal([H, 4 * H])
 
   @tf.function(jit_compile=True)
   def step():
-    z = tf.matmul(h, kernel)
-    dkernel = tf.matmul(h, dz, transpose_a=True)
-    dh = tf.matmul(dz, kernel, transpose_b=True)
-    return z[0, 0] + dkernel[0, 0] + dh[0, 0]
+    products = [
+        tf.matmul(x, kernel),
+        tf.matmul(h, recurrent_kernel),
+        tf.matmul(x, dz, transpose_a=True),
+        tf.matmul(dz, kernel, transpose_b=True),
+        tf.matmul(h, dz, transpose_a=True),
+        tf.matmul(dz, recurrent_kernel, transpose_b=True),
+    ]
+    return tf.add_n([p[0, 0] for p in products])
 
   return lambda: step().numpy()
 
@@ -177,7 +198,7 @@ def build_step(name: str, T: int, B: int, D: int, H: int,
     return jax_lstm_step(T, B, D, H, checkpoint=name.endswith("checkpoint"),
                          final_only=False)
   if name == FLOOR:
-    return _floor_step(T, B, H)
+    return _floor_step(T, B, D, H)
   return _tf_step(name, T, B, D, H, jit)
 
 
@@ -272,15 +293,17 @@ def main(argv):
     row["memory_bytes_per_step"] = slope[0] if slope else None
     row["peak_rss_bytes"] = slope[1] if slope else None
     slope = slope[0] if slope else None
-    row["memory_vs_state"] = None if slope is None else slope / state_bytes
+    # A GRU's state is h alone: its rows are in multiples of B*H*4 bytes.
+    row_state = state_bytes // 2 if "GRU" in row["name"] else state_bytes
+    row["memory_vs_state"] = None if slope is None else slope / row_state
     line = (f"  {row['name']:45s} {'xla' if row['xla'] else 'tf ':3s} "
-            f"{'failed' if slope is None else f'{slope / state_bytes:6.2f}x state'}")
+            f"{'failed' if slope is None else f'{slope / row_state:6.2f}x state'}")
     if not row["xla"]:
       pinned = measure_memory(row["name"], row["xla"], PINNED_MALLOC)
       row["memory_vs_state_pinned_malloc"] = (
-          None if pinned is None else pinned[0] / state_bytes)
+          None if pinned is None else pinned[0] / row_state)
       if pinned is not None:
-        line += (f" ({pinned[0] / state_bytes:.2f}x with "
+        line += (f" ({pinned[0] / row_state:.2f}x with "
                  f"{' '.join(f'{k}={v}' for k, v in PINNED_MALLOC.items())})")
     print(line, flush=True)
   os.makedirs(FLAGS.out_dir, exist_ok=True)

@@ -1,17 +1,18 @@
 r"""Where a tf_recurrent.LSTM training step's time goes: a cost breakdown.
 
 Times, side by side in one run and per time step, the pieces a training
-step of `tf_recurrent.LSTM` (B=32, D=128, H=256) is made of:
+step of `tf_recurrent.LSTM` (B=32, D=128, H=256) is made of
+(`tf_recurrent/sequence.py`):
 
 * the whole step, and its forward pass alone;
-* the op's loop machinery alone: the same op with a trivial cell (h + x),
-  forward and backward;
-* the hoisted input projection `x @ W + b` with its gradient;
-* the three recurrent matmuls per step (forward, and the two of the
-  backward) run step by step in a bare `tf.while_loop`: the floor a
-  recurrence can reach, since step t needs step t-1;
-* the same three matmuls batched over all T (bench_lstm's compute floor,
-  which no recurrence can reach);
+* the two GEMMs per step that depend on the previous step (`h @ U` forward,
+  `dz @ U^T` backward), step by step in a bare `tf.while_loop`: the floor a
+  recurrence can reach; and the same with `dz @ U^T` as a transposing matmul
+  inside the loop (what the pre-transposed U^T saves);
+* the four GEMMs that do not (`x @ W`, `x^T dz`, `h^T dz`, `dz @ W^T`), in
+  chunks of `sequence.CHUNK` steps as the layer runs them;
+* all six GEMMs batched over all T (bench_lstm's compute floor, which no
+  recurrence can reach);
 * for comparison, the whole step of `tf_recurrent.LSTM(recompute=True)`.
 
 Usage:
@@ -45,7 +46,7 @@ def pieces(T: int, B: int, D: int, H: int,
   """Zero-argument callables, one per piece, each compiled as `jit` says."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_recurrent  # pylint: disable=g-import-not-at-top
-  from tf_recurrent import cells  # pylint: disable=g-import-not-at-top
+  from tf_recurrent import sequence  # pylint: disable=g-import-not-at-top
 
   rng = tf.random.Generator.from_seed(0)
   x = rng.normal([B, T, D])
@@ -54,10 +55,14 @@ def pieces(T: int, B: int, D: int, H: int,
   lean = tf_recurrent.LSTM(H, return_sequences=True, recompute=True)
   lean.build((B, T, D))
   lean.set_weights(layer.get_weights())
-  kernel, recurrent_kernel, bias = layer.trainable_weights
-  time_major = tf.transpose(x, [1, 0, 2])
+  kernel, recurrent_kernel, _ = layer.trainable_weights
   zeros = tf.zeros([B, H])
   dz = rng.normal([B, 4 * H])
+  chunk = min(sequence.CHUNK, T)
+  chunks = -(-T // chunk)
+  x_rows = rng.normal([chunk * B, D])
+  h_rows = rng.normal([chunk * B, H])
+  dz_rows = rng.normal([chunk * B, 4 * H])
 
   def compiled(fn):
     fn = tf.function(fn, jit_compile=jit)
@@ -73,50 +78,58 @@ def pieces(T: int, B: int, D: int, H: int,
   def forward_only():
     return tf.reduce_mean(tf.square(layer(x)))
 
-  def trivial_op():
-    projected = tf.tile(time_major[:, :, :1], [1, 1, H])
-    with tf.GradientTape() as tape:
-      tape.watch(projected)
-      acc, _ = tf_recurrent.recurrent(
-          {}, {"h": zeros, "c": zeros}, projected,
-          lambda theta, s, x_t: ({"h": s["h"] + x_t, "c": s["c"]}, []))
-      loss = tf.reduce_mean(tf.square(acc["h"]))
-    return tape.gradient(loss, projected)
+  def stepwise_matmuls(pretransposed):
+    def run():
+      u = tf.convert_to_tensor(recurrent_kernel)
+      u_t = tf.transpose(u)
+      def body(t, h, dh):
+        z = tf.matmul(h, u)
+        dh = (tf.matmul(dz, u_t) if pretransposed else
+              tf.matmul(dz, u, transpose_b=True)) + dh * 0.5
+        return t + 1, tf.tanh(z[:, :H]), dh
+      _, h, dh = tf.while_loop(lambda t, *_: t < T, body,
+                               (0, zeros, zeros))
+      return h[0, 0] + dh[0, 0]
+    return run
 
-  def projection():
-    with tf.GradientTape() as tape:
-      projected = cells.project_inputs(time_major, kernel, bias)
-      loss = tf.reduce_mean(tf.square(projected))
-    return tape.gradient(loss, [kernel, bias])
-
-  def stepwise_matmuls():
-    def body(t, h, dk):
-      z = tf.matmul(h, recurrent_kernel)
-      dk += tf.matmul(h, dz, transpose_a=True)
-      dh = tf.matmul(dz, recurrent_kernel, transpose_b=True)
-      return t + 1, tf.tanh(z[:, :H] + dh), dk
-    _, h, dk = tf.while_loop(
-        lambda t, *_: t < T, body,
-        (0, zeros, tf.zeros_like(recurrent_kernel)))
-    return h[0, 0] + dk[0, 0]
+  def chunked_matmuls():
+    w_t = tf.transpose(kernel)
+    def body(c, dk, dw, dx):
+      # Scaled by the chunk index, so XLA cannot hoist the GEMMs out of
+      # the loop as loop-invariant.
+      dzs = dz_rows * tf.cast(c + 1, dz_rows.dtype)
+      return (c + 1, dk + tf.matmul(h_rows, dzs, transpose_a=True),
+              dw + tf.matmul(x_rows, dzs, transpose_a=True),
+              dx + tf.matmul(dzs, w_t) +
+              tf.matmul(x_rows + dx, kernel)[:, :D])
+    _, dk, dw, dx = tf.while_loop(
+        lambda c, *_: c < chunks, body,
+        (0, tf.zeros_like(recurrent_kernel), tf.zeros_like(kernel),
+         tf.zeros_like(x_rows)))
+    return dk[0, 0] + dw[0, 0] + dx[0, 0]
 
   def batched_matmuls():
+    xs = tf.reshape(x, [T * B, D])
     h = tf.reshape(tf.tile(zeros, [T, 1]), [T * B, H]) + 0.5
     dzs = tf.tile(dz, [T, 1])
-    z = tf.matmul(h, recurrent_kernel)
-    dk = tf.matmul(h, dzs, transpose_a=True)
-    dh = tf.matmul(dzs, recurrent_kernel, transpose_b=True)
-    return z[0, 0] + dk[0, 0] + dh[0, 0]
+    products = [tf.matmul(xs, kernel), tf.matmul(h, recurrent_kernel),
+                tf.matmul(xs, dzs, transpose_a=True),
+                tf.matmul(dzs, kernel, transpose_b=True),
+                tf.matmul(h, dzs, transpose_a=True),
+                tf.matmul(dzs, recurrent_kernel, transpose_b=True)]
+    return tf.add_n([p[0, 0] for p in products])
 
   return {
       "tf_recurrent.LSTM, whole training step": compiled(
           training_step(layer)),
       "  its forward pass alone": compiled(forward_only),
-      "  the op's loops with a trivial cell (fwd + bwd)": compiled(trivial_op),
-      "  the hoisted input projection (fwd + bwd)": compiled(projection),
-      "  3 recurrent matmuls per step, in a while loop": compiled(
-          stepwise_matmuls),
-      "  3 recurrent matmuls batched over T (compute floor)": compiled(
+      "  the 2 sequential GEMMs per step (h @ U, dz @ U^T), in a while loop":
+          compiled(stepwise_matmuls(pretransposed=True)),
+      "  the same with dz @ U^T as matmul(transpose_b=True) in the loop":
+          compiled(stepwise_matmuls(pretransposed=False)),
+      f"  the 4 other GEMMs, in chunks of {chunk} steps": compiled(
+          chunked_matmuls),
+      "  all 6 GEMMs batched over T (compute floor)": compiled(
           batched_matmuls),
       "tf_recurrent.LSTM(recompute=True), whole training step (for "
       "comparison)": compiled(training_step(lean)),

@@ -14,14 +14,15 @@ def test_benchmark_smoke(tmp_path):
        "--batch=2", "--input=3", "--hidden=4", "--memory_hidden=4",
        "--memory_lengths=6,12", "--repeats=1",
        "--only=tf_recurrent.LSTM (mixed_bfloat16),"
-       "keras.layers.LSTM (mixed_bfloat16)",
+       "keras.layers.LSTM (mixed_bfloat16),tf_recurrent.GRU,keras.layers.GRU",
        f"--out_dir={tmp_path}"],
       capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   results = json.loads((tmp_path / "results.json").read_text())
   names = {(r["name"], r["xla"]) for r in results["rows"]}
   ours = "tf_recurrent.LSTM (mixed_bfloat16)"
-  assert names == {(n, x) for n in (ours, "keras.layers.LSTM (mixed_bfloat16)")
+  assert names == {(n, x) for n in (ours, "keras.layers.LSTM (mixed_bfloat16)",
+                                    "tf_recurrent.GRU", "keras.layers.GRU")
                    for x in (False, True)}
   for row in results["rows"]:
     assert all(v > 0 for v in row["us_per_step"].values())
@@ -30,7 +31,8 @@ def test_benchmark_smoke(tmp_path):
     assert (row.get("memory_vs_state_pinned_malloc") is None) == row["xla"]
   report = (tmp_path / "RESULTS.md").read_text()
   assert f"| {ours} |" in report and "## Targets" in report
-  assert "- mixed_bfloat16, XLA, memory: tf_recurrent.LSTM" in report
+  assert f"- XLA, memory: {ours}" in report
+  assert "- TF, T=12: tf_recurrent.GRU " in report
   assert (tmp_path / "results.png").stat().st_size > 10_000
 
 

@@ -11,6 +11,7 @@ import tensorflow as tf
 import tf_recurrent
 from tf_recurrent import layers as layers_lib
 from tf_recurrent import op as op_lib
+from tf_recurrent import sequence as sequence_lib
 
 B, T, D, H = 3, 6, 4, 5
 
@@ -246,24 +247,36 @@ def test_saves_and_loads_without_custom_objects(tmp_path, factory):
   np.testing.assert_allclose(loaded(x), model(x), atol=1e-6)
 
 
-@pytest.mark.parametrize("layer_name,cell_kwargs,fast", [
-    ("LSTM", {}, True), ("GRU", {}, True), ("SimpleRNN", {}, True),
-    ("LSTM", {"recompute": True}, True), ("GRU", {"recompute": True}, True),
-    ("SimpleRNN", {"recompute": True}, True),
-    ("LSTM", {"recurrent_dropout": 0.2}, False),
-    ("GRU", {"reset_after": False}, False),
-    ("SimpleRNN", {"activation": "relu"}, False)])
+@pytest.mark.parametrize("layer_name,cell_kwargs,path", [
+    ("LSTM", {}, "sequence"), ("GRU", {}, "sequence"),
+    ("SimpleRNN", {}, "built_in"),
+    ("LSTM", {"recompute": True}, "sequence"),
+    ("GRU", {"recompute": True}, "sequence"),
+    ("SimpleRNN", {"recompute": True}, "built_in"),
+    ("LSTM", {"recurrent_dropout": 0.2}, "generic"),
+    ("GRU", {"reset_after": False}, "generic"),
+    ("SimpleRNN", {"activation": "relu"}, "generic")])
+@pytest.mark.parametrize("masked", [False, True])
 def test_fast_path_picked_automatically(monkeypatch, layer_name, cell_kwargs,
-                                        fast):
-  """The built-in gradient runs; with recompute the op sees raw inputs."""
-  widths = []
+                                        path, masked):
+  """Plain LSTM/GRU run sequence.run (the op with its built-in gradient when
+  masked); SimpleRNN the op with its built-in gradient; others the generic
+  path. With recompute the op sees raw inputs."""
+  widths, sequences = [], []
   original_recurrent = op_lib.recurrent
+  original_run = sequence_lib.run
 
   def recording_recurrent(theta, state0, inputs, *args, **kwargs):
-    widths.append(tf.nest.flatten(inputs)[0].shape[-1])
+    x = inputs["x"] if isinstance(inputs, dict) else inputs  # Masked: a dict.
+    widths.append(x.shape[-1])
     return original_recurrent(theta, state0, inputs, *args, **kwargs)
 
+  def recording_run(kind, *args, recompute=False):
+    sequences.append((kind, recompute))
+    return original_run(kind, *args, recompute=recompute)
+
   monkeypatch.setattr(op_lib, "recurrent", recording_recurrent)
+  monkeypatch.setattr(sequence_lib, "run", recording_run)
   calls = []
   cell_class = getattr(keras.layers, layer_name + "Cell")
   spec = layers_lib.BUILT_IN_CELLS[cell_class]
@@ -276,18 +289,52 @@ def test_fast_path_picked_automatically(monkeypatch, layer_name, cell_kwargs,
                       dataclasses.replace(spec, grad=counting_grad))
   layer = getattr(tf_recurrent, layer_name)(H, **cell_kwargs)
   x = tf.random.normal([B, T, D])
+  mask = tf.constant([[True] * T, [True] * (T - 2) + [False] * 2,
+                      [True] * T]) if masked else None
 
   @tf.function
   def step(x):
     with tf.GradientTape() as tape:
-      loss = tf.reduce_sum(layer(x, training=True))
+      loss = tf.reduce_sum(layer(x, training=True, mask=mask))
     return tape.gradient(loss, layer.trainable_weights)
 
   assert all(g is not None for g in step(x))
-  assert bool(calls) == fast
-  if fast:
+  if path == "sequence" and not masked:
+    assert set(sequences) == {(layer_name.lower(),
+                               cell_kwargs.get("recompute", False))}
+    assert not widths and not calls
+    return
+  assert not sequences
+  assert bool(calls) == (path != "generic")
+  if path != "generic":
     assert set(widths) == {D if cell_kwargs.get("recompute") else
                            spec.gates * H}
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "xla"])
+@pytest.mark.parametrize("name", ["LSTM", "GRU"])
+@pytest.mark.parametrize("recompute", [False, True])
+def test_chunked_loop_matches_keras(monkeypatch, mode, name, recompute):
+  """Several chunks and a partial last one (T=6 in chunks of 4)."""
+  monkeypatch.setattr(sequence_lib, "CHUNK", 4)
+  x = tf.random.normal([B, T, D], seed=4)
+  ref = getattr(keras.layers, name)(H, return_sequences=True,
+                                     return_state=True)
+  ours = getattr(tf_recurrent, name)(H, return_sequences=True,
+                                      return_state=True, recompute=recompute)
+  build_pair(ref, ours, x)
+
+  def run(layer, x):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      out = layer(x)
+      loss = sum(tf.reduce_sum(tf.sin(o) * (i + 1.0))
+                 for i, o in enumerate(tf.nest.flatten(out)))
+    return out, tape.gradient(loss, [x] + layer.trainable_weights)
+
+  got = run(ours, x) if mode == "eager" else tf.function(
+      run, jit_compile=mode == "xla")(ours, x)
+  assert_close(got, run(ref, x))
 
 
 def test_recompute_must_be_a_bool():

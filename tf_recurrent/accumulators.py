@@ -11,8 +11,9 @@ who runs the loop:
   training step becomes quadratic in T). A TensorList written once per index
   forwards its buffer instead, and unwritten rows stack as zeros.
 
-`tf.raw_ops.InplaceUpdate`, which the tf.contrib op used, is deliberately not
-used: it is deprecated and aliases the caller's tensor when run eagerly.
+`tf.raw_ops.InplaceUpdate`, which the tf.contrib op used, aliases the
+caller's tensor, so it is used only by `InPlaceBlocks`, on buffers it
+allocates itself inside a graph.
 
 XLA on CPU computes bfloat16 and float16 scatters in float32, converting the
 whole buffer on every write (a bfloat16 LSTM became quadratic in T: 1.1 ms a
@@ -122,3 +123,46 @@ class RowAccumulator:
 def read_row(tensor: tf.Tensor, index) -> tf.Tensor:
   """`tensor[index]` along the leading axis, copying only that row."""
   return tf.gather(tensor, index)
+
+
+class InPlaceBlocks(RowAccumulator):
+  """A RowAccumulator whose handle is a dense tensor in every mode.
+
+  For a few large rows (one block of steps each) that a gradient function
+  captures: SavedModel cannot save a gradient function that captures a
+  TensorList (a variant), and stacking one at the end of a loop holds it
+  twice for a moment. In the TF executor the buffer is allocated by
+  `tf.raw_ops.Empty` (never constant-folded or shared) and each row is
+  written into it in place with `tf.raw_ops.InplaceUpdate`, as Lingvo's
+  recurrent does; under XLA it is RowAccumulator's buffer. Graph mode only
+  (the caller traces a function when called eagerly).
+
+  Example:
+
+  >>> @tf.function
+  ... def fill():
+  ...   acc = InPlaceBlocks(tf.zeros([2]), num_rows=3, use_xla=False)
+  ...   return acc.stack(acc.write(acc.empty(), 1, tf.ones([2])))
+  >>> fill()[1].numpy().tolist()
+  [1.0, 1.0]
+  """
+
+  def empty(self) -> tf.Tensor:
+    if self._use_xla:
+      return super().empty()
+    shape = tf.concat([[self._num_rows], self._row_shape], axis=0)
+    return tf.raw_ops.Empty(shape=shape, dtype=self._dtype, init=True)
+
+  def write(self, handle: tf.Tensor, index, row: tf.Tensor) -> tf.Tensor:
+    if self._use_xla:
+      return super().write(handle, index, row)
+    return tf.raw_ops.InplaceUpdate(
+        x=handle, i=tf.reshape(tf.cast(index, tf.int32), [1]),
+        v=tf.expand_dims(row, 0))
+
+  def stack(self, handle: tf.Tensor) -> tf.Tensor:
+    if self._use_xla:
+      return super().stack(handle)
+    dense = tf.identity(handle)
+    dense.set_shape(self._static_shape)
+    return dense

@@ -8,13 +8,15 @@ dropout-mask setup, `get_config`, saving) is Keras's own, so swapping
 `keras.layers.LSTM` for `tf_recurrent.LSTM` changes nothing but the loop and
 its memory.
 
-Plain LSTMCell, GRUCell and SimpleRNNCell configurations take the built-in
-steps of `tf_recurrent.cells` (hand-written gradients, input projection
-hoisted out of the loop; with `recompute=True`, projection and gates
-recomputed in the backward pass instead of kept); any other cell (a
-ConvLSTM cell, a cell with recurrent dropout, a user's cell) runs as it is,
-recomputed step by step in the backward pass, its weights getting gradients
-through the op's captured-variable support.
+Plain LSTMCell and GRUCell configurations run their own chunked loop pair
+(`tf_recurrent.sequence`: one sequential GEMM per step each way, the weight
+gradients batched per chunk of steps); masked, and for SimpleRNNCell, they
+take the built-in steps of `tf_recurrent.cells` on the op (hand-written
+gradients, input projection hoisted out of the loop). With
+`recompute=True` the gates are rebuilt in the backward pass instead of
+kept. Any other cell (a ConvLSTM cell, a cell with recurrent dropout, a
+user's cell) runs as it is, recomputed step by step in the backward pass,
+its weights getting gradients through the op's captured-variable support.
 
 Options a user sets are honoured or refused, never dropped: `unroll=True`
 runs Keras's own unrolled loop; `use_cudnn=True` raises (tf_recurrent never
@@ -31,6 +33,7 @@ import tensorflow as tf
 from tf_recurrent import cells
 from tf_recurrent import masks
 from tf_recurrent import op
+from tf_recurrent import sequence
 from tf_recurrent import structs
 
 
@@ -75,6 +78,8 @@ class BuiltInCell:
     state_keys: The op's state keys, in the order of Keras's states.
     plain: Attribute values the cell must have (activations, options).
     bias_rows: Rows of Keras's bias (2 for GRU's input and recurrent bias).
+    sequence: The kind of `tf_recurrent.sequence` loop run without a mask
+      ("lstm", "gru"), or None: the op with step and grad.
   """
   step: Callable[..., Any]
   grad: Callable[..., Any]
@@ -82,6 +87,7 @@ class BuiltInCell:
   state_keys: Tuple[str, ...]
   plain: Dict[str, Any]
   bias_rows: Optional[int] = None
+  sequence: Optional[str] = None
 
   def split_weights(self, recurrent_kernel, bias):
     """(theta of the step, the bias of the input projection)."""
@@ -99,12 +105,13 @@ BUILT_IN_CELLS = {
         cells.lstm_step, cells.lstm_grad, 4, ("h", "c"),
         {"activation": keras.activations.tanh,
          "recurrent_activation": keras.activations.sigmoid,
-         "recurrent_dropout": 0.0}),
+         "recurrent_dropout": 0.0}, sequence="lstm"),
     keras.layers.GRUCell: BuiltInCell(
         cells.gru_step, cells.gru_grad, 3, ("h",),
         {"activation": keras.activations.tanh,
          "recurrent_activation": keras.activations.sigmoid,
-         "recurrent_dropout": 0.0, "reset_after": True}, bias_rows=2),
+         "recurrent_dropout": 0.0, "reset_after": True}, bias_rows=2,
+        sequence="gru"),
     keras.layers.SimpleRNNCell: BuiltInCell(
         cells.simple_rnn_step, cells.simple_rnn_grad, 1, ("h",),
         {"activation": keras.activations.tanh, "recurrent_dropout": 0.0}),
@@ -152,11 +159,13 @@ class _RecurrentLoop:
 
   Adds one constructor argument to Keras's: `recompute` (default False).
   False keeps, per time step, what the backward pass of a plain
-  LSTM/GRU/SimpleRNN cell reads (the gates, the projected inputs): the
-  fastest gradient. True keeps only the state and recomputes the rest step
-  by step in the backward pass: about 4x less memory per step for about
-  10-20% more time. Other cells always recompute (their gradient is autodiff
-  of the cell, per step).
+  LSTM/GRU/SimpleRNN cell reads (the gate activations; with a mask or for
+  SimpleRNN also the projected inputs): the fastest gradient. True keeps
+  only the state (for an unmasked LSTM/GRU, only the outputs) and rebuilds
+  the gates in the backward pass: for an LSTM at H=512 1.5x (XLA) / 2.4x
+  (TF) the state's bytes per step instead of 3.3x / 4.8x, for 1.2-1.5x the
+  time (benchmarks/RESULTS.md). Other cells always recompute (their
+  gradient is autodiff of the cell, per step).
   """
 
   def _set_recompute(self, recompute: bool):
@@ -267,6 +276,14 @@ class _RecurrentLoop:
         [width] if spec.bias_rows is None else [spec.bias_rows, width],
         recurrent_kernel.dtype))
     theta, input_bias = spec.split_weights(recurrent_kernel, bias)
+    state0 = [tf.cast(s, dtype) for s in initial_state]
+    if spec.sequence is not None and mask is None:
+      # The chunked loop pair with batched weight gradients (sequence.py).
+      outputs, final = sequence.run(
+          spec.sequence, x, state0,
+          {"kernel": kernel, "bias": input_bias, **theta},
+          recompute=self.recompute)
+      return outputs, final, outputs[-1]
     step, grad = spec.step, spec.grad
     if self.recompute:
       theta = {"cell": theta, "kernel": kernel, "bias": input_bias}
@@ -275,8 +292,7 @@ class _RecurrentLoop:
     else:
       inputs = cells.project_inputs(x, tf.cast(kernel, dtype),
                                     tf.cast(input_bias, dtype))
-    state0 = {key: tf.cast(s, dtype)
-              for key, s in zip(spec.state_keys, initial_state)}
+    state0 = dict(zip(spec.state_keys, state0))
     # Only h is read per step; an LSTM's c rows get no gradient tensor.
     per_step = {key: key == "h" for key in spec.state_keys}
     if mask is None:

@@ -1,0 +1,232 @@
+"""The layers' chunked LSTM/GRU loops against a float64 static unroll.
+
+Chunks are made 3 steps long here, so a short sequence has several chunks
+and a partial last one (T=7: 3 + 3 + 1).
+"""
+
+import hypothesis
+from hypothesis import strategies as st
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import GRAPH_MODES
+from conftest import assert_numerical_gradients
+from conftest import values_and_grads
+from tf_recurrent import sequence
+
+B, D, H = 2, 3, 4
+
+
+@pytest.fixture(autouse=True)
+def short_chunks(monkeypatch):
+  monkeypatch.setattr(sequence, "CHUNK", 3)
+
+
+def unrolled_lstm(x, state0, w):
+  h, c = state0
+  outputs = []
+  for t in range(x.shape[0]):
+    z = x[t] @ w["kernel"] + w["bias"] + h @ w["recurrent_kernel"]
+    i, f, g, o = tf.split(z, 4, axis=-1)
+    c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
+    h = tf.sigmoid(o) * tf.tanh(c)
+    outputs.append(h)
+  return tf.stack(outputs), [h, c]
+
+
+def unrolled_gru(x, state0, w):
+  (h,) = state0
+  outputs = []
+  for t in range(x.shape[0]):
+    xz, xr, xh = tf.split(x[t] @ w["kernel"] + w["bias"], 3, axis=-1)
+    rz, rr, rh = tf.split(h @ w["recurrent_kernel"] + w["recurrent_bias"], 3,
+                          axis=-1)
+    z, r = tf.sigmoid(xz + rz), tf.sigmoid(xr + rr)
+    h = z * h + (1.0 - z) * tf.tanh(xh + r * rh)
+    outputs.append(h)
+  return tf.stack(outputs), [h]
+
+
+UNROLLED = {"lstm": unrolled_lstm, "gru": unrolled_gru}
+
+
+def case(kind, steps, dtype=tf.float64, seed=0):
+  rng = np.random.default_rng(seed)
+  gates = 4 if kind == "lstm" else 3
+  normal = lambda *shape: tf.constant(rng.normal(size=shape), dtype)
+  w = {"kernel": normal(D, gates * H), "bias": normal(gates * H),
+       "recurrent_kernel": normal(H, gates * H) * 0.5}
+  if kind == "gru":
+    w["recurrent_bias"] = normal(gates * H)
+  state0 = [normal(B, H) for _ in range(2 if kind == "lstm" else 1)]
+  return normal(steps, B, D), state0, w
+
+
+def loss_of(outputs, final):
+  # Weights every output row and final leaf differently, so a row or leaf
+  # swapped or dropped changes the loss.
+  loss = tf.reduce_sum(tf.sin(outputs) * tf.cast(
+      tf.range(1, tf.shape(outputs)[0] + 1), outputs.dtype)[:, None, None])
+  return loss + sum((i + 2.0) * tf.reduce_sum(tf.cos(f))
+                    for i, f in enumerate(final))
+
+
+def run_both(mode, kind, recompute, steps):
+  def build(fn):
+    def run(watch):
+      x, state0, w = case(kind, steps)  # In the TF1 graph when there is one.
+      watch([x, state0, w])
+      outputs, final = fn(x, state0, w)
+      return ([outputs, final], loss_of(outputs, final),
+              tf.nest.flatten([x, state0, w]))
+    return run
+
+  ours = values_and_grads(mode, build(
+      lambda x, s, w: sequence.run(kind, x, s, w, recompute=recompute)))
+  want = values_and_grads("eager", build(UNROLLED[kind]))
+  return ours, want
+
+
+@pytest.mark.parametrize("mode", GRAPH_MODES)
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+@pytest.mark.parametrize("recompute", [False, True],
+                         ids=["keep_gates", "recompute"])
+@pytest.mark.parametrize("steps", [1, 3, 7])
+def test_matches_float64_unroll(mode, kind, recompute, steps):
+  ours, want = run_both(mode, kind, recompute, steps)
+  for got, expected in zip(tf.nest.flatten(ours), tf.nest.flatten(want)):
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+@pytest.mark.parametrize("recompute", [False, True],
+                         ids=["keep_gates", "recompute"])
+def test_numerical_gradients(kind, recompute):
+  x, state0, w = case(kind, 5, seed=1)
+  names = sorted(w)
+
+  def loss(x, *args):
+    state = list(args[:len(state0)])
+    weights = dict(zip(names, args[len(state0):]))
+    return loss_of(*sequence.run(kind, x, state, weights,
+                                 recompute=recompute))
+
+  assert_numerical_gradients(loss, [x] + state0 + [w[k] for k in names])
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_time_unknown_when_traced(kind):
+  """T known only at run time: the chunk grid is computed in the graph."""
+  x, state0, w = case(kind, 7)
+
+  @tf.function(input_signature=[tf.TensorSpec([None, B, D], tf.float64)])
+  def run(x):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      outputs, final = sequence.run(kind, x, state0, w)
+      loss = loss_of(outputs, final)
+    return outputs, tape.gradient(loss, x)
+
+  with tf.GradientTape() as tape:
+    tape.watch(x)
+    outputs, final = UNROLLED[kind](x, state0, w)
+    loss = loss_of(outputs, final)
+  want = (outputs, tape.gradient(loss, x))
+  for steps in (7, 2):  # One trace, two lengths.
+    got = run(x[:steps])
+    if steps == 2:
+      with tf.GradientTape() as tape:
+        tape.watch(x)
+        outputs, final = UNROLLED[kind](x[:2], state0, w)
+        loss = loss_of(outputs, final)
+      want = (outputs, tape.gradient(loss, x)[:2])
+    for a, b in zip(got, want):
+      np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("mode", ["function", "xla"])
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_bfloat16_inputs_float32_weights(mode, kind):
+  """Mixed precision: bfloat16 math, weight gradients in float32."""
+  x, state0, w = case(kind, 7, dtype=tf.float32, seed=2)
+  x16 = tf.cast(x, tf.bfloat16)
+  s16 = [tf.cast(s, tf.bfloat16) for s in state0]
+
+  def run(watch):
+    watch(w)
+    outputs, final = sequence.run(kind, x16, s16, w)
+    loss = loss_of(tf.cast(outputs, tf.float32),
+                   [tf.cast(f, tf.float32) for f in final])
+    return outputs, loss, w
+
+  def reference(watch):
+    watch(w)
+    outputs, final = UNROLLED[kind](x, state0, w)
+    return outputs, loss_of(outputs, final), w
+
+  _, got_grads = values_and_grads(mode, run)
+  assert all(g.dtype == tf.float32 for g in tf.nest.flatten(got_grads))
+  _, want_grads = values_and_grads("eager", reference)
+  for got, expected in zip(tf.nest.flatten(got_grads),
+                           tf.nest.flatten(want_grads)):
+    scale = np.abs(expected).max()
+    np.testing.assert_allclose(got / scale, expected / scale, atol=0.05)
+
+
+def test_chunk_grid():
+  x = tf.zeros([7, B, D])
+  grid = sequence._Chunks(x, tf.zeros([H, 4 * H]), use_xla=False, chunk=3)
+  assert (grid.size, grid.count) == (3, 3)
+  assert [int(grid.steps(c)[1]) for c in range(3)] == [3, 3, 1]
+  # The partial chunk reads the last input row again past T.
+  x = tf.reshape(tf.range(7.0), [7, 1, 1])
+  grid = sequence._Chunks(x, tf.zeros([H, 4 * H]), use_xla=False, chunk=3)
+  assert grid.inputs(6).numpy().ravel().tolist() == [6.0, 6.0, 6.0]
+
+
+@hypothesis.settings(
+    max_examples=12, deadline=None,
+    # short_chunks restores CHUNK once after all examples; each sets its own.
+    suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture])
+@hypothesis.given(kind=st.sampled_from(["lstm", "gru"]), steps=st.integers(1, 9),
+                  chunk=st.integers(1, 5), recompute=st.booleans(),
+                  seed=st.integers(0, 2**16))
+def test_any_length_and_chunk_matches_unroll(kind, steps, chunk, recompute,
+                                             seed):
+  """Random lengths and chunk sizes (full, partial or one-step chunks)."""
+  x, state0, w = case(kind, steps, seed=seed)
+  with tf.GradientTape() as tape:
+    tape.watch([x, state0, w])
+    outputs, final = UNROLLED[kind](x, state0, w)
+    want = tape.gradient(loss_of(outputs, final), [x, state0, w])
+  sequence.CHUNK = chunk  # Restored by the short_chunks fixture.
+  with tf.GradientTape() as tape:
+    tape.watch([x, state0, w])
+    got_outputs, got_final = sequence.run(kind, x, state0, w,
+                                          recompute=recompute)
+    got = tape.gradient(loss_of(got_outputs, got_final), [x, state0, w])
+  for a, b in zip(tf.nest.flatten([got_outputs, got_final, got]),
+                  tf.nest.flatten([outputs, final, want])):
+    np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_inside_mirrored_strategy_matches_one_device(kind):
+  devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+  strategy = tf.distribute.MirroredStrategy(devices)
+  x, state0, w = case(kind, 7)
+  with strategy.scope():
+    kernel = tf.Variable(w["kernel"])
+
+  def step():
+    with tf.GradientTape() as tape:
+      outputs, final = sequence.run(kind, x, state0, {**w, "kernel": kernel})
+      loss = loss_of(outputs, final)
+    return tape.gradient(loss, kernel)
+
+  grads = strategy.experimental_local_results(
+      strategy.run(tf.function(step)))
+  assert len(grads) == len(devices)
+  for g in grads:
+    np.testing.assert_allclose(g, step(), rtol=1e-10)
