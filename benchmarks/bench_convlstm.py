@@ -31,8 +31,8 @@ from absl import flags
 
 from benchmarks.common import best_seconds
 from benchmarks.common import environment
-from benchmarks.common import peak_rss_bytes
-from benchmarks.common import peak_rss_of_children
+from benchmarks.common import peak_rss_slope
+from benchmarks.common import run_child
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("lengths", ["32", "64", "128", "256"], "Frames T (time).")
@@ -73,23 +73,14 @@ def build_step(name: str, frames: int, jit: bool) -> Callable[[], object]:
   return lambda: [g.numpy() for g in step()]
 
 
-def child(spec: str) -> None:
-  name, jit, frames = spec.rsplit("|", 2)
-  build_step(name, int(frames), jit == "1")()
-  print(f"PEAK_RSS {peak_rss_bytes()}")
-
-
 def memory_slope(name: str, jit: bool) -> Dict[str, object]:
-  lengths = [int(t) for t in FLAGS.memory_lengths]
-  peaks = peak_rss_of_children("benchmarks.bench_convlstm", [
-      [f"--child={name}|{int(jit)}|{t}", f"--batch={FLAGS.batch}",
-       f"--side={FLAGS.side}", f"--channels={FLAGS.channels}",
-       f"--filters={FLAGS.filters}"] for t in lengths])
-  if None in peaks:
-    return {"peaks": peaks, "bytes_per_frame": None, "vs_state": None}
-  slope = (peaks[1] - peaks[0]) / (lengths[1] - lengths[0])
-  state = 2 * FLAGS.batch * FLAGS.side * FLAGS.side * FLAGS.filters * 4
-  return {"peaks": peaks, "bytes_per_frame": slope, "vs_state": slope / state}
+  return peak_rss_slope(
+      "benchmarks.bench_convlstm", name, jit,
+      [int(t) for t in FLAGS.memory_lengths],
+      [f"--batch={FLAGS.batch}", f"--side={FLAGS.side}",
+       f"--channels={FLAGS.channels}", f"--filters={FLAGS.filters}"],
+      2 * FLAGS.batch * FLAGS.side * FLAGS.side * FLAGS.filters * 4,
+      per="frame")
 
 
 def report(results: dict) -> List[str]:
@@ -142,7 +133,7 @@ def report(results: dict) -> List[str]:
 def main(argv):
   del argv
   if FLAGS.child:
-    child(FLAGS.child)
+    run_child(build_step, FLAGS.child)
     return
   lengths = [int(t) for t in FLAGS.lengths]
   results = {"environment": environment(), "lengths": lengths, "rows": []}

@@ -52,6 +52,30 @@ def peak_rss_of_children(module: str, arg_lists: List[List[str]],
                          arg_lists))
 
 
+def run_child(build_step: Callable[[str, int, bool], Callable[[], object]],
+              spec: str) -> None:
+  """A memory child's body: one step of the case `name|jit|length` (jit "1"
+  or "0"), then its peak RSS printed for `peak_rss_of_child`."""
+  name, jit, length = spec.rsplit("|", 2)
+  build_step(name, int(length), jit == "1")()
+  print(f"PEAK_RSS {peak_rss_bytes()}")
+
+
+def peak_rss_slope(module: str, name: str, jit: bool, lengths: List[int],
+                   args: List[str], state_bytes: int,
+                   per: str = "step") -> Dict[str, object]:
+  """The peak RSS of one step of `name` at two lengths, each in its own
+  process (`module --child=name|jit|length args`), and the slope between
+  them: bytes per extra `per`, and as a multiple of `state_bytes`."""
+  peaks = peak_rss_of_children(module, [
+      [f"--child={name}|{int(jit)}|{t}"] + args for t in lengths])
+  if None in peaks:
+    return {"peaks": peaks, f"bytes_per_{per}": None, "vs_state": None}
+  slope = (peaks[1] - peaks[0]) / (lengths[1] - lengths[0])
+  return {"peaks": peaks, f"bytes_per_{per}": slope,
+          "vs_state": slope / state_bytes}
+
+
 def environment() -> Dict[str, str]:
   """TensorFlow, JAX (when installed), CPU and Python versions."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top

@@ -1,7 +1,10 @@
 """Shared fixtures and oracles: execution modes, the static-unroll reference,
 the Elman test cell, and the numerical-gradient check."""
 
+import functools
 import os
+import subprocess
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -163,3 +166,70 @@ def values_and_grads(mode, build, feed=None):
       session.run(tf.compat.v1.global_variables_initializer())
       return session.run((tf.nest.flatten(values), grads),
                          rest[0] if rest else feed)
+
+
+def recomputing_cell_grad(cell_fn, how):
+  """A custom `cell_grad` that recomputes its step and differentiates it.
+
+  `how` is "tape" (under a `tf.GradientTape`), "gradients" (`tf.gradients`
+  on the arguments it was handed: total derivatives if they were still wired
+  to the forward loop) or "gradients_in_function" (`tf.gradients` inside the
+  cell_grad's own `tf.function`). Integer leaves get None.
+  """
+  def differentiate(theta, state0, inputs, dstate1):
+    sources = [x for x in tf.nest.flatten((theta, state0, inputs))
+               if x.dtype.is_floating]
+    if how == "tape":
+      with tf.GradientTape() as tape:
+        tape.watch(sources)
+        state1, _ = cell_fn(theta, state0, inputs)
+      return tape.gradient(tf.nest.flatten(state1), sources,
+                           output_gradients=tf.nest.flatten(dstate1),
+                           unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    state1, _ = cell_fn(theta, state0, inputs)
+    return tf.gradients(tf.nest.flatten(state1), sources,
+                        tf.nest.flatten(dstate1),
+                        unconnected_gradients="zero")
+
+  if how == "gradients_in_function":
+    differentiate = tf.function(differentiate, autograph=False)
+
+  def cell_grad(theta, state0, inputs, extras, dstate1):
+    del extras
+    grads = iter(differentiate(theta, state0, inputs, dstate1))
+    flat = [next(grads) if x.dtype.is_floating else None
+            for x in tf.nest.flatten((theta, state0, inputs))]
+    return tf.nest.pack_sequence_as((theta, state0, inputs), flat)
+
+  return cell_grad
+
+
+@functools.lru_cache(maxsize=None)
+def tflite_unavailable_reason():
+  """None when TFLiteConverter converts a Keras model here, else why not.
+
+  Checked in a subprocess: the converter of TensorFlow 2.16.1 aborts the
+  whole process ("LLVM ERROR: Failed to infer result type(s)") on any Keras
+  3.5 model, a single Dense layer included.
+  """
+  code = ("import keras, tensorflow as tf\n"
+          "model = keras.Sequential([keras.Input((2,), batch_size=1),\n"
+          "                          keras.layers.Dense(1)])\n"
+          "tf.lite.TFLiteConverter.from_keras_model(model).convert()\n")
+  proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                        text=True, timeout=600, check=False)
+  if proc.returncode == 0:
+    return None
+  import keras  # pylint: disable=g-import-not-at-top
+  last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+  return (f"TFLiteConverter cannot convert a Keras {keras.__version__} model "
+          f"with TensorFlow {tf.__version__} (a one-Dense-layer model exits "
+          f"with {proc.returncode}: {last[:200]})")
+
+
+@pytest.fixture(scope="session")
+def tflite_converter():
+  """Skips a test where TFLite cannot convert Keras models at all."""
+  reason = tflite_unavailable_reason()
+  if reason:
+    pytest.skip(reason)

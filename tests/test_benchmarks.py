@@ -83,3 +83,54 @@ def test_convlstm_benchmark_smoke(tmp_path):
   report = (tmp_path / "CONVLSTM.md").read_text()
   assert "| tf_recurrent.ConvLSTM2D | XLA |" in report
   assert "- TF executor: time T=3:" in report
+
+
+def test_tflite_benchmark_smoke(tmp_path, tflite_converter):
+  del tflite_converter  # Skips where TFLite converts no Keras model.
+  proc = subprocess.run(
+      [sys.executable, "-m", "benchmarks.bench_tflite", "--length=5",
+       "--input=4", "--hidden=4", "--rounds=2", "--invokes=2",
+       f"--json={tmp_path / 'tflite.json'}"],
+      capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  results = json.loads((tmp_path / "tflite.json").read_text())
+  fused, loop = results["rows"]
+  assert fused["ops"] == ["UNIDIRECTIONAL_SEQUENCE_LSTM"]
+  assert "WHILE" in loop["ops"]
+  for row in results["rows"]:
+    assert row["us_per_call"] > 0 and row["max_error"] < 1e-5
+  assert set(results["sizes"]) == {"float", "dynamic range", "int8"}
+
+
+def test_dynamic_rnn_benchmark_smoke(tmp_path):
+  proc = subprocess.run(
+      [sys.executable, "-m", "benchmarks.bench_dynamic_rnn", "--lengths=4",
+       "--memory_lengths=4,8", "--batch=2", "--input=3", "--hidden=4",
+       "--rounds=1", "--only=tf_recurrent.dynamic_rnn(LSTMCell)",
+       "--modes=xla", f"--out_dir={tmp_path}"],
+      capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  results = json.loads((tmp_path / "dynamic_rnn.json").read_text())
+  ours = "tf_recurrent.dynamic_rnn(LSTMCell)"
+  assert [(r["name"], r["xla"]) for r in results["rows"]] == [(ours, True)]
+  for row in results["rows"]:
+    assert row["us_per_step"]["4"] > 0 and None not in row["memory"]["peaks"]
+  assert f"| {ours} | XLA | " in (tmp_path / "DYNAMIC_RNN.md").read_text()
+
+
+def test_configs_benchmark_smoke(tmp_path):
+  proc = subprocess.run(
+      [sys.executable, "-m", "benchmarks.bench_configs", "--lengths=6",
+       "--batch=2", "--input=3", "--hidden=4", "--memory_hidden=4",
+       "--memory_lengths=6,12", "--repeats=1", "--only=GRU masked",
+       "--modes=xla",
+       f"--out_dir={tmp_path}"],
+      capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  results = json.loads((tmp_path / "configs.json").read_text())
+  assert [(r["config"], r["xla"]) for r in results["rows"]] == [
+      ("GRU masked", True)]
+  for row in results["rows"]:
+    assert all(v > 0 for v in row["us_per_step"]["6"].values())
+    assert None not in row["memory_vs_state"].values()
+  assert "| GRU masked | XLA | " in (tmp_path / "CONFIGS.md").read_text()

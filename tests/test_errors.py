@@ -83,6 +83,20 @@ def test_extras_mismatch():
         extras={"e": tf.zeros([2], tf.int32)})
 
 
+@pytest.mark.parametrize("with_grad", [False, True])
+def test_extras_leaf_that_is_not_a_tensor(with_grad):
+  def cell(theta, state, x):
+    return {"h": state["h"] + x}, {"a": None, "b": state["h"], "c": 1.5}
+
+  def grad(theta, state, x, extras, dstate1):
+    return {}, dstate1, dstate1["h"]
+
+  with pytest.raises(ValueError, match=r"extras\['a'\] is None; "
+                     r"extras\['c'\] is 1.5\. Return a tensor"):
+    tf_recurrent.recurrent({}, {"h": tf.zeros([2])}, tf.ones([3, 2]), cell,
+                           grad if with_grad else None)
+
+
 def test_cell_grad_wrong_structure():
   def grad(theta, state0, x, extras, dstate1):
     return {}, {"h": dstate1["h"], "c": dstate1["h"]}, x

@@ -259,9 +259,9 @@ def test_saves_and_loads_without_custom_objects(tmp_path, factory):
 @pytest.mark.parametrize("masked", [False, True])
 def test_fast_path_picked_automatically(monkeypatch, layer_name, cell_kwargs,
                                         path, masked):
-  """Plain LSTM/GRU run sequence.run (the op with its built-in gradient when
-  masked); SimpleRNN the op with its built-in gradient; others the generic
-  path. With recompute the op sees raw inputs."""
+  """Plain LSTM/GRU run sequence.run, given the mask when masked; SimpleRNN
+  the op with its built-in gradient; others the generic path. With
+  recompute the op sees raw inputs."""
   widths, sequences = [], []
   original_recurrent = op_lib.recurrent
   original_run = sequence_lib.run
@@ -271,9 +271,9 @@ def test_fast_path_picked_automatically(monkeypatch, layer_name, cell_kwargs,
     widths.append(x.shape[-1])
     return original_recurrent(theta, state0, inputs, *args, **kwargs)
 
-  def recording_run(kind, *args, recompute=False):
-    sequences.append((kind, recompute))
-    return original_run(kind, *args, recompute=recompute)
+  def recording_run(kind, *args, recompute=False, mask=None):
+    sequences.append((kind, recompute, mask is not None))
+    return original_run(kind, *args, recompute=recompute, mask=mask)
 
   monkeypatch.setattr(op_lib, "recurrent", recording_recurrent)
   monkeypatch.setattr(sequence_lib, "run", recording_run)
@@ -299,9 +299,9 @@ def test_fast_path_picked_automatically(monkeypatch, layer_name, cell_kwargs,
     return tape.gradient(loss, layer.trainable_weights)
 
   assert all(g is not None for g in step(x))
-  if path == "sequence" and not masked:
+  if path == "sequence":
     assert set(sequences) == {(layer_name.lower(),
-                               cell_kwargs.get("recompute", False))}
+                               cell_kwargs.get("recompute", False), masked)}
     assert not widths and not calls
     return
   assert not sequences
@@ -311,23 +311,51 @@ def test_fast_path_picked_automatically(monkeypatch, layer_name, cell_kwargs,
                            spec.gates * H}
 
 
+# The chunked loop's cases: (layer options, masked, in a Bidirectional).
+CHUNKED_CASES = {
+    "plain": ({}, False, False),
+    "masked": ({}, True, False),
+    "masked_zero_output_backwards": (
+        {"zero_output_for_mask": True, "go_backwards": True}, True, False),
+    "masked_bidirectional": ({}, True, True),
+}
+# An example starting masked with holes, a prefix (right padded), an
+# all-masked (length-0) and an unmasked one.
+CHUNKED_MASK = tf.constant([[0, 0, 1, 1, 0, 1], [1, 1, 1, 0, 0, 0], [0] * T,
+                            [1] * T]) > 0
+
+
 @pytest.mark.parametrize("mode", ["eager", "function", "xla"])
 @pytest.mark.parametrize("name", ["LSTM", "GRU"])
-@pytest.mark.parametrize("recompute", [False, True])
-def test_chunked_loop_matches_keras(monkeypatch, mode, name, recompute):
-  """Several chunks and a partial last one (T=6 in chunks of 4)."""
+@pytest.mark.parametrize("case,recompute", [
+    ("plain", False), ("plain", True), ("masked", False), ("masked", True),
+    ("masked_zero_output_backwards", True), ("masked_bidirectional", False)])
+def test_chunked_loop_matches_keras(monkeypatch, mode, name, case, recompute):
+  """Several chunks and a partial last one (T=6 in chunks of 4); masked
+  from a non-zero initial state (but in a Bidirectional)."""
   monkeypatch.setattr(sequence_lib, "CHUNK", 4)
-  x = tf.random.normal([B, T, D], seed=4)
+  options, masked, bidirectional = CHUNKED_CASES[case]
+  x = tf.random.normal([4, T, D], seed=4)
   ref = getattr(keras.layers, name)(H, return_sequences=True,
-                                     return_state=True)
+                                     return_state=True, **options)
   ours = getattr(tf_recurrent, name)(H, return_sequences=True,
-                                      return_state=True, recompute=recompute)
-  build_pair(ref, ours, x)
+                                      return_state=True, recompute=recompute,
+                                      **options)
+  call_kwargs = {}
+  if bidirectional:
+    ref = keras.layers.Bidirectional(ref)
+    ours = keras.layers.Bidirectional(ours)
+  elif masked:
+    call_kwargs["initial_state"] = [tf.random.normal([4, H], seed=5 + i)
+                                    for i in range(2 if name == "LSTM" else 1)]
+  if masked:
+    call_kwargs["mask"] = CHUNKED_MASK
+  build_pair(ref, ours, x, **call_kwargs)
 
   def run(layer, x):
     with tf.GradientTape() as tape:
       tape.watch(x)
-      out = layer(x)
+      out = layer(x, **call_kwargs)
       loss = sum(tf.reduce_sum(tf.sin(o) * (i + 1.0))
                  for i, o in enumerate(tf.nest.flatten(out)))
     return out, tape.gradient(loss, [x] + layer.trainable_weights)
@@ -489,13 +517,106 @@ def test_from_config_revives_the_same_layer(make):
   assert revived_matches(keras.layers.RNN(cell=keras.layers.SimpleRNNCell(3)))
 
 
-@pytest.mark.parametrize("layer_cls", [tf_recurrent.LSTM, tf_recurrent.GRU])
-def test_use_cudnn_true_is_refused_auto_and_false_run_the_op(layer_cls):
-  with pytest.raises(ValueError, match="use_cudnn=True: tf_recurrent never "
-                     "runs cuDNN"):
-    layer_cls(4, use_cudnn=True)
+# Keras's use_cudnn contract: accepted and kept; True hands the call to
+# Keras's own cuDNN kernel, or raises Keras's own error where that cannot run.
+CUDNN_CALLS = [
+    ("LSTM", {}, {}),
+    ("GRU", {}, {}),
+    ("LSTM", {"recurrent_dropout": 0.2, "seed": 1}, {"training": True}),
+    ("GRU", {"recurrent_dropout": 0.2, "seed": 1}, {"training": True}),
+    ("LSTM", {"activation": "relu"}, {}),
+    ("LSTM", {"use_bias": False}, {}),
+    ("GRU", {"reset_after": False}, {}),
+    ("GRU", {"unroll": True}, {}),
+]
+
+
+@pytest.mark.parametrize("name,options,call_kwargs", CUDNN_CALLS)
+def test_use_cudnn_true_calls_as_keras_does(name, options, call_kwargs):
+  """Construction accepts it; a call raises what Keras's raises (type and
+  message) where cuDNN cannot run (every call on a machine without a GPU),
+  and computes what Keras's cuDNN kernel computes where it can."""
+  x = tf.random.normal([B, T, D], seed=4)
+  ref = getattr(keras.layers, name)(H, use_cudnn=True, **options)
+  ours = getattr(tf_recurrent, name)(H, use_cudnn=True, **options)
+  assert ours.use_cudnn is True
+  ref.build(x.shape)
+  ours.build(x.shape)
+  ours.set_weights(ref.get_weights())
+  try:
+    want = ref(x, **call_kwargs)
+  except ValueError as e:
+    with pytest.raises(ValueError) as got:
+      ours(x, **call_kwargs)
+    assert str(got.value) == str(e)
+    assert "use_cudnn=True was specified" in str(e)
+  else:
+    assert tf.config.list_physical_devices("GPU"), "Keras ran without cuDNN"
+    assert_close(ours(x, **call_kwargs), want)
+
+
+def fake_cudnn_kernel(monkeypatch, name):
+  """Stands in for Keras's cuDNN kernel (`backend.lstm` / `backend.gru`), as
+  on a machine with a GPU: records its calls, returns sevens."""
+  calls = []
+
+  def kernel(inputs, *args, **kwargs):
+    del args
+    calls.append(kwargs)
+    last = tf.fill([tf.shape(inputs)[0], H], 7.0)
+    sequence = tf.fill([tf.shape(inputs)[0], tf.shape(inputs)[1], H], 7.0)
+    return last, sequence, [last] * (2 if name == "LSTM" else 1)
+
+  monkeypatch.setattr(layers_lib.keras_backend, "cudnn_ok",
+                      lambda *args, **kwargs: True)
+  monkeypatch.setattr(layers_lib.keras_backend, name.lower(), kernel)
+  return calls
+
+
+@pytest.mark.parametrize("name", ["LSTM", "GRU"])
+def test_use_cudnn_true_hands_the_call_to_keras_cudnn_kernel(monkeypatch, name):
+  """True runs Keras's kernel (and, like Keras, turns XLA off for the model);
+  "auto" and False run tf_recurrent's loop, which XLA compiles."""
+  calls = fake_cudnn_kernel(monkeypatch, name)
+  assert not getattr(keras.layers, name)(H).supports_jit  # A GPU, to Keras.
+  x = tf.random.normal([B, T, D], seed=5)
+  cudnn = getattr(tf_recurrent, name)(H, use_cudnn=True, return_sequences=True)
+  np.testing.assert_array_equal(cudnn(x), np.full([B, T, H], 7.0))
+  assert calls and calls[0]["kernel"] is cudnn.cell.kernel
+  assert not cudnn.supports_jit
+  del calls[:]
   for use_cudnn in ("auto", False):
-    assert layer_cls(4, use_cudnn=use_cudnn)(tf.ones([2, 3, 5])).shape == [2, 4]
+    ref = getattr(keras.layers, name)(H, use_cudnn=False)
+    ours = getattr(tf_recurrent, name)(H, use_cudnn=use_cudnn)
+    assert ours.supports_jit
+    build_pair(ref, ours, x)
+    assert_close(ours(x), ref(x))
+  assert not calls
+
+
+@pytest.mark.parametrize("name", ["LSTM", "GRU"])
+@pytest.mark.parametrize("use_cudnn", [True, False, "auto"])
+def test_use_cudnn_survives_config_saving_and_bidirectional(tmp_path, name,
+                                                            use_cudnn):
+  layer = getattr(tf_recurrent, name)(H, use_cudnn=use_cudnn, recompute=True)
+  config = layer.get_config()
+  assert config["use_cudnn"] == use_cudnn
+  assert type(layer).from_config(config).use_cudnn == use_cudnn
+  model = keras.Sequential([keras.Input((None, D)), layer])
+  path = str(tmp_path / "model.keras")
+  model.save(path)
+  loaded = keras.saving.load_model(path).layers[0]
+  assert type(loaded) is type(layer) and loaded.use_cudnn == use_cudnn
+  bidirectional = keras.layers.Bidirectional(layer)
+  for each in (bidirectional.forward_layer, bidirectional.backward_layer):
+    assert type(each) is type(layer)
+    assert each.use_cudnn == use_cudnn and each.recompute
+  try:
+    bidirectional(tf.ones([B, T, D]))
+  except ValueError as e:  # Keras's own, at the call, without a GPU.
+    assert use_cudnn is True and "use_cudnn=True was specified" in str(e)
+  else:
+    assert use_cudnn is not True or tf.config.list_physical_devices("GPU")
 
 
 def video(batch, frames, side=8, channels=3, seed=10):
@@ -558,3 +679,65 @@ def test_conv_lstm_2d_keeps_only_states_and_round_trips(tmp_path):
   assert len(whiles) == 2  # the op's forward and reverse loops
   forward = min(whiles, key=lambda o: o.name)
   assert len([t for t in forward.outputs if t.dtype == tf.variant]) == 3
+
+
+# Behaviours of the built-in layers, each on every path that serves it.
+
+LAYER_PATHS = [("LSTM", {}), ("LSTM", {"recompute": True}), ("GRU", {}),
+               ("GRU", {"reset_after": False}), ("SimpleRNN", {})]
+
+
+def keras_and_ours(name, x, options, **layer_kwargs):
+  """keras.layers.<name> and tf_recurrent.<name> with the same weights."""
+  ref = getattr(keras.layers, name)(
+      H, **{k: v for k, v in options.items() if k != "recompute"},
+      **layer_kwargs)
+  ours = getattr(tf_recurrent, name)(H, **options, **layer_kwargs)
+  build_pair(ref, ours, x)
+  return ref, ours
+
+
+@pytest.mark.parametrize("name,options", LAYER_PATHS)
+@pytest.mark.parametrize("activations", [
+    {"activation": "relu"}, {"recurrent_activation": "hard_sigmoid"},
+    {"activation": "softsign", "recurrent_activation": "tanh"}],
+                         ids=["relu", "hard_sigmoid", "both"])
+def test_non_default_activations_match_keras(name, options, activations):
+  if name == "SimpleRNN" and "recurrent_activation" in activations:
+    activations = {"activation": activations.get("activation", "elu")}
+  x = tf.random.normal([B, T, D], seed=11)
+  ref, ours = keras_and_ours(name, x, options, return_sequences=True,
+                             **activations)
+  assert_close(outputs_and_grads(ours, x, "function"),
+               outputs_and_grads(ref, x, "eager"))
+
+
+@pytest.mark.parametrize("name,options", LAYER_PATHS)
+@pytest.mark.parametrize("zero_output_for_mask", [False, True])
+def test_masked_last_output_is_the_last_emitted_one(name, options,
+                                                    zero_output_for_mask):
+  """Examples ending masked, with a hole, fully masked, unmasked: the last
+  output (and state) is what Keras returns for each."""
+  x = tf.random.normal([4, T, D], seed=12)
+  mask = tf.constant([[1, 1, 1, 0, 0, 0], [1, 0, 1, 1, 0, 1],
+                      [0] * T, [1] * T]) > 0
+  ref, ours = keras_and_ours(name, x, options, return_state=True,
+                             zero_output_for_mask=zero_output_for_mask)
+  got = outputs_and_grads(ours, x, "function", mask=mask)
+  want = outputs_and_grads(ref, x, "eager", mask=mask)
+  assert_close(got, want)
+  # A fully masked example keeps its initial (zero) state as its output.
+  np.testing.assert_array_equal(got[0][0][2], np.zeros([H]))
+
+
+@pytest.mark.parametrize("name,options", LAYER_PATHS)
+def test_input_dropout_only_when_training(name, options):
+  x = tf.random.normal([B, T, D], seed=13)
+  _, plain = keras_and_ours(name, x, options, return_sequences=True)
+  _, dropping = keras_and_ours(name, x, options, return_sequences=True,
+                               dropout=0.5, seed=4)
+  dropping.set_weights(plain.get_weights())
+  want = plain(x)
+  for training in (None, False):
+    np.testing.assert_array_equal(dropping(x, training=training), want)
+  assert not np.allclose(dropping(x, training=True), want)

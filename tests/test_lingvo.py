@@ -1,12 +1,14 @@
 """tf_recurrent.lingvo.Recurrent as Lingvo's own recurrent_test.py uses it.
 
 The cases and numbers follow Lingvo's tests (polynomial, stop_fn, captures,
-stateful ops, padding, Elman with and without a cell_grad), written here for
-tf_recurrent, in every mode: eager, tf.function, XLA and a TF1 graph with
-tf.gradients and a Session, where Lingvo models run.
+symbol values, stateful ops, padding, Elman with and without a cell_grad),
+written here for tf_recurrent, in every mode: eager, tf.function, XLA and a
+TF1 graph with tf.gradients and a Session, where Lingvo models run.
 """
 
 import contextlib
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -352,7 +354,8 @@ def _grad_with_padding(theta, state0, inputs, extras, dstate1):
 
 
 @pytest.mark.parametrize("mode", GRAPH_MODES)
-def test_return_acc_extras(mode):
+@pytest.mark.parametrize("use_grad", [False, True])
+def test_return_acc_extras(mode, use_grad):
   rng = np.random.default_rng(6)
   arrays = (rand(rng, [8, 4]), rand(rng, [4]), rand(rng, [3, 4]),
             rand(rng, [5, 3, 4]))
@@ -362,7 +365,7 @@ def test_return_acc_extras(mode):
     watch([w, b])
     acc, final, acc_extras = lingvo.Recurrent(
         NestedMap(w=w, b=b), NestedMap(h=h0), NestedMap(x=x), elman,
-        elman_grad, return_acc_extras=True)
+        elman_grad if use_grad else None, return_acc_extras=True)
     assert isinstance(acc_extras, NestedMap)
     loss = tf.reduce_sum(acc.h) + tf.reduce_sum(acc_extras.h)
     return (acc.h, final.h, acc_extras.h), loss, [w, b]
@@ -371,12 +374,15 @@ def test_return_acc_extras(mode):
   np.testing.assert_array_equal(extras, acc)  # Elman's extras are h.
   np.testing.assert_array_equal(final, acc[-1])
   # The extras carry no gradient (as in Lingvo): only acc.h contributes.
+  # Without a cell_grad the step that computes them is differentiated, so
+  # only their cut from the graph keeps them from contributing.
 
   def build_acc_only(watch):
     w, b, h0, x = constants(*arrays)
     watch([w, b])
     acc, _ = lingvo.Recurrent(NestedMap(w=w, b=b), NestedMap(h=h0),
-                              NestedMap(x=x), elman, elman_grad)
+                              NestedMap(x=x), elman,
+                              elman_grad if use_grad else None)
     return acc.h, tf.reduce_sum(acc.h), [w, b]
 
   assert_all_close(grads, values_and_grads(mode, build_acc_only)[1],
@@ -429,3 +435,195 @@ def test_cell_grad_must_return_four_values_and_no_dcaptured():
   with pytest.raises(ValueError, match="returned a dcaptured"):
     lingvo.Recurrent(*args, cell_grad=lambda *a: elman_grad(*a)[:3] + (
         [tf.zeros([])],))
+
+
+class Symbol:
+  """A stand-in for lingvo.core.symbolic.Symbol (a sympy.Dummy there)."""
+
+  def __init__(self, name):
+    self.name = name
+
+
+def stand_in_symbolic():
+  """A module shaped like lingvo.core.symbolic (sympy is not installed)."""
+  symbolic = types.ModuleType("lingvo.core.symbolic")
+  symbolic.STATIC_VALUES, symbolic.TENSOR_VALUES = "static", "tensor"
+  stacks = {"static": [{}], "tensor": [{}]}
+
+  class SymbolToValueMap:
+    """Lingvo's: nested maps, the inner ones taking precedence."""
+
+    def __init__(self, value_type, symbol_to_value_map):
+      self.value_type = value_type
+      self.merged = dict(stacks[value_type][-1])
+      self.merged.update(symbol_to_value_map)
+
+    def __enter__(self):
+      stacks[self.value_type].append(self.merged)
+
+    def __exit__(self, *unused):
+      assert stacks[self.value_type].pop() is self.merged
+
+    @staticmethod
+    def Get(value_type):  # pylint: disable=invalid-name
+      return stacks[value_type][-1]
+
+  def eval_expr(value_type, x):
+    return SymbolToValueMap.Get(value_type).get(x, x) if isinstance(
+        x, Symbol) else x
+
+  symbolic.SymbolToValueMap, symbolic.EvalExpr = SymbolToValueMap, eval_expr
+  return symbolic
+
+
+@pytest.fixture
+def symbolic(monkeypatch):
+  """lingvo.core.symbolic importable for one test, removed after."""
+  module = stand_in_symbolic()
+  lingvo_pkg, core = (types.ModuleType("lingvo"),
+                      types.ModuleType("lingvo.core"))
+  lingvo_pkg.core, core.symbolic = core, module
+  for name, mod in [("lingvo", lingvo_pkg), ("lingvo.core", core),
+                    ("lingvo.core.symbolic", module)]:
+    monkeypatch.setitem(sys.modules, name, mod)
+  return module
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "tf1"])
+@pytest.mark.parametrize("manual_grad", [False, True])
+def test_symbol_to_tensor_map(symbolic, mode, manual_grad):
+  """Lingvo's testSymbolToTensorMap, both halves: the cell reads x from the
+  symbol map around the call, and x gets its gradient (with a cell_grad
+  returning none for it, from autodiff of the step)."""
+  x, y = Symbol("x"), Symbol("y")
+
+  def plus_wxt(theta, state, inputs):
+    """state.value += theta.w * x * inputs.t."""
+    x_tensor = symbolic.EvalExpr(symbolic.TENSOR_VALUES, x)
+    return NestedMap(value=state.value + theta.w * x_tensor * inputs.t), \
+        NestedMap()
+
+  def plus_wxt_grad(theta, state0, inputs, extras, dstate1):
+    del state0, extras
+    x_tensor = symbolic.EvalExpr(symbolic.TENSOR_VALUES, x)
+    return (NestedMap(w=dstate1.value * x_tensor * inputs.t),
+            NestedMap(value=dstate1.value),
+            NestedMap(t=dstate1.value * theta.w * x_tensor), None)
+
+  x_value = 5. if manual_grad else 7.
+
+  def build(watch):
+    theta = NestedMap(w=tf.constant(1., name="w"))
+    state0 = NestedMap(value=tf.constant(0., name="value"))
+    inputs = NestedMap(t=tf.constant([1., 2., 3.], name="t"))
+    with symbolic.SymbolToValueMap(symbolic.TENSOR_VALUES,
+                                   {x: tf.constant(x_value), y: 8}):
+      x_tensor = symbolic.EvalExpr(symbolic.TENSOR_VALUES, x)
+      watch([theta.w, x_tensor])
+      _, state1 = lingvo.Recurrent(
+          theta, state0, inputs, plus_wxt,
+          cell_grad=plus_wxt_grad if manual_grad else None)
+    assert list(theta) == ["w"]  # The caller's theta is left as it was.
+    return state1.value, state1.value, [theta.w, x_tensor]
+
+  (final,), (dw, dx) = values_and_grads(mode, build)
+  assert final == x_value * (1. + 2. + 3.)
+  assert dw == x_value * (1. + 2. + 3.)
+  assert dx == 1. + 2. + 3.
+
+
+def scaled_elman(symbolic, scale):
+  """Elman with h0 scaled by a symbol's value, and its gradient (none for
+  the symbol's value)."""
+
+  def cell_fn(theta, state0, inputs):
+    s = symbolic.EvalExpr(symbolic.TENSOR_VALUES, scale)
+    return elman(theta, NestedMap(h=state0.h * s), inputs)
+
+  def cell_grad(theta, state0, inputs, extras, dstate1):
+    s = symbolic.EvalExpr(symbolic.TENSOR_VALUES, scale)
+    dtheta, dstate0, dinputs, _ = elman_grad(
+        theta, NestedMap(h=state0.h * s), inputs, extras, dstate1)
+    return dtheta, NestedMap(h=dstate0.h * s), dinputs, None
+
+  return cell_fn, cell_grad
+
+
+@pytest.mark.parametrize("mode", GRAPH_MODES)
+@pytest.mark.parametrize("use_grad", [False, True])
+def test_symbol_values_gradients_match_static_unroll(symbolic, mode,
+                                                     use_grad):
+  """float64: the step's partial derivative for the symbol's value, summed
+  over the steps, as a static unroll differentiated by a GradientTape."""
+  rng = np.random.default_rng(11)
+  arrays = (rand(rng, [8, 4]), rand(rng, [4]), rand(rng, [3, 4]),
+            rand(rng, [5, 3, 4]), rng.uniform(0.5, 1.5, [3, 4]))
+  scale = Symbol("scale")
+  cell_fn, cell_grad = scaled_elman(symbolic, scale)
+
+  def build(watch):
+    w, b, h0, x, s = constants(*arrays)
+    watch([w, b, h0, x, s])
+    with symbolic.SymbolToValueMap(symbolic.TENSOR_VALUES, {scale: s}):
+      acc, final = lingvo.Recurrent(NestedMap(w=w, b=b), NestedMap(h=h0),
+                                    NestedMap(x=x), cell_fn,
+                                    cell_grad if use_grad else None)
+    loss = tf.reduce_sum(tf.sin(acc.h)) + tf.reduce_sum(final.h)
+    return (acc.h, final.h), loss, [w, b, h0, x, s]
+
+  got = values_and_grads(mode, build)
+  w, b, h0, x, s = constants(*arrays)
+  with tf.GradientTape() as tape:
+    tape.watch([w, b, h0, x, s])
+    state, rows = NestedMap(h=h0), []
+    for i in range(5):
+      state, _ = elman(NestedMap(w=w, b=b), NestedMap(h=state.h * s),
+                       NestedMap(x=x[i]))
+      rows.append(state.h)
+    acc = tf.stack(rows)
+    loss = tf.reduce_sum(tf.sin(acc)) + tf.reduce_sum(state.h)
+  want = ([acc, state.h], tape.gradient(loss, [w, b, h0, x, s]))
+  assert_all_close(got, want, tol=1e-10)
+
+
+@pytest.mark.parametrize("mode", GRAPH_MODES)
+def test_step_is_skipped_only_when_every_example_is_padding(mode):
+  """padding [T, B] with examples padded at different steps: only the
+  all-padding steps at either end (0 and 4) are skipped; 1 and 3, padded
+  for one example only, and the all-padding step 2 between them are run."""
+  padding = [[1., 1.], [1., 0.], [1., 1.], [0., 1.], [1., 1.]]
+  c = [[1., 2.], [3., 4.], [5., 6.], [7., 8.], [9., 10.]]
+
+  def cell_fn(theta, state, inputs):
+    return NestedMap(s=state.s * theta.a + inputs.c), NestedMap()
+
+  def build(watch):
+    a, cs = tf.constant(0.5), tf.constant(c)
+    watch([a, cs])
+    acc, final = lingvo.Recurrent(
+        NestedMap(a=a), NestedMap(s=tf.constant([1., -1.])),
+        NestedMap(c=cs, padding=tf.constant(padding)), cell_fn)
+    loss = tf.reduce_sum(tf.sin(acc.s)) + tf.reduce_sum(final.s)
+    return (acc.s, final.s), loss, [a, cs]
+
+  got = values_and_grads(mode, build)
+  a, cs = tf.constant(0.5), tf.constant(c)
+  with tf.GradientTape() as tape:
+    tape.watch([a, cs])
+    state, rows = NestedMap(s=tf.constant([1., -1.])), []
+    for t in (1, 2, 3):
+      state, _ = cell_fn(NestedMap(a=a), state, NestedMap(c=cs[t]))
+      rows.append(state.s)
+    acc = tf.stack([tf.zeros([2])] + rows + [tf.zeros([2])])
+    loss = tf.reduce_sum(tf.sin(acc)) + tf.reduce_sum(state.s)
+  want = ([acc, state.s], tape.gradient(loss, [a, cs]))
+  assert_all_close(got, want, tol=1e-6)
+
+
+def test_symbol_values_need_a_mapping_theta(symbolic):
+  with symbolic.SymbolToValueMap(symbolic.TENSOR_VALUES,
+                                 {Symbol("x"): tf.constant(1.)}):
+    with pytest.raises(TypeError, match="theta must be a NestedMap or dict"):
+      lingvo.Recurrent([tf.constant(1.)], NestedMap(v=tf.constant(0.)),
+                       NestedMap(t=tf.ones([2])),
+                       lambda th, s, x: (NestedMap(v=s.v + x.t), NestedMap()))

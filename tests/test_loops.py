@@ -8,9 +8,10 @@ import tensorflow as tf
 
 import tf_recurrent
 from tf_recurrent import cells
-from conftest import (assert_all_close, assert_numerical_gradients, elman_args,
-                      elman_cell, elman_grad, in_mode, loss_weights,
-                      static_unroll, weighted_sum)
+from conftest import (GRAPH_MODES, assert_all_close,
+                      assert_numerical_gradients, elman_args, elman_cell,
+                      elman_grad, in_mode, loss_weights, recomputing_cell_grad,
+                      static_unroll, values_and_grads, weighted_sum)
 
 SEQ_LEN = 6
 GRADS = {"autodiff": None, "hand_written": elman_grad}
@@ -277,3 +278,158 @@ def test_accumulate_no_state_leaf(seq_len):
   _, want = static_unroll(theta, state0, inputs, elman_cell)
   assert acc == {"h": None}
   assert_all_close(final, want, tol=1e-12)
+
+
+# Every checkpoint segment length, in every mode (TF1 graphs included), with
+# the default gradient and custom ones, against the float64 unroll.
+
+CHECKPOINT_STEPS = 5
+CHECKPOINT_EVERY = (1, 2, 3, "sqrt", CHECKPOINT_STEPS - 1, CHECKPOINT_STEPS,
+                    CHECKPOINT_STEPS + 3)
+
+
+def table_cell(theta, state, x):
+  """Reads a theta table at the step's integer ids (an IndexedSlices grad)."""
+  h = tf.tanh(tf.gather(theta["table"], x["ids"]) +
+              tf.matmul(state["h"], theta["u"]))
+  return {"h": h}, {"h": h}
+
+
+def table_grad(theta, state, x, extras, dstate1):
+  dpre = dstate1["h"] * (1 - tf.square(extras["h"]))
+  dtable = tf.tensor_scatter_nd_add(tf.zeros_like(theta["table"]),
+                                    x["ids"][:, None], dpre)
+  return ({"table": dtable,
+           "u": tf.matmul(state["h"], dpre, transpose_a=True)},
+          {"h": tf.matmul(dpre, theta["u"], transpose_b=True)},
+          {"ids": None})
+
+
+def table_args():
+  rng = np.random.default_rng(7)
+  theta = {"table": tf.constant(rng.normal(size=[6, 4])),
+           "u": tf.constant(rng.normal(size=[4, 4]) * 0.5)}
+  state0 = {"h": tf.constant(rng.normal(size=[2, 4]))}
+  inputs = {"ids": tf.constant(rng.integers(0, 6, size=[CHECKPOINT_STEPS, 2]),
+                               tf.int32)}
+  return theta, state0, inputs
+
+
+CHECKPOINT_CELLS = {
+    "elman": (elman_cell, elman_grad, lambda: elman_args(CHECKPOINT_STEPS)),
+    "table": (table_cell, table_grad, table_args),
+}
+
+
+def checkpoint_grads(cell, grad):
+  cell_fn, hand_written, _ = CHECKPOINT_CELLS[cell]
+  if grad == "autodiff":
+    return None
+  if grad == "hand_written":
+    return hand_written
+  return recomputing_cell_grad(cell_fn, grad)
+
+
+def differentiable(structure):
+  return [x for x in tf.nest.flatten(structure) if x.dtype.is_floating]
+
+
+@pytest.mark.parametrize("mode", GRAPH_MODES)
+@pytest.mark.parametrize("grad", ["autodiff", "hand_written", "gradients"])
+@pytest.mark.parametrize("cell", CHECKPOINT_CELLS)
+def test_every_checkpoint_length_matches_unroll(mode, grad, cell):
+  """Losses on the final state, the rows and both, for each segment length
+  (one graph per case, each op call with sources of its own)."""
+  cell_fn, _, make_args = CHECKPOINT_CELLS[cell]
+  args = make_args()
+  cell_grad = checkpoint_grads(cell, grad)
+  # As numpy arrays: a TF1 graph cannot capture eager tensors.
+  weights = tf.nest.map_structure(
+      lambda w: w.numpy(),
+      (loss_weights({"h": tf.zeros([CHECKPOINT_STEPS, 2, 4])}, 1),
+       loss_weights(args[1], 2)))
+  # Segments are kept only when the rows are not returned (a loss on the
+  # final state); with rows returned, checkpointing recomputes a custom
+  # cell_grad's extras, the same for any segment length.
+  cases = ([(every, "final") for every in CHECKPOINT_EVERY] +
+           [(every, loss_on) for every in (2, CHECKPOINT_STEPS)
+            for loss_on in ("rows", "both")])
+
+  def loss_of(acc, final, loss_on):
+    loss = 0.0
+    if loss_on != "rows":
+      loss += weighted_sum(final, weights[1])
+    if loss_on != "final":
+      loss += weighted_sum({"h": acc["h"][:, :2, :4]}, weights[0])
+    return loss
+
+  def build(watch):
+    sources, values, loss = [], [], 0.0
+    for every, loss_on in cases:
+      copies = tf.nest.map_structure(lambda x: tf.constant(x.numpy()), args)
+      watch(differentiable(copies))
+      acc, final = tf_recurrent.recurrent(
+          *copies, cell_fn, cell_grad, checkpoint_every=every,
+          accumulate_state=loss_on != "final")
+      loss += loss_of(acc, final, loss_on)
+      sources += differentiable(copies)
+      values.append(final)
+    return values, loss, sources
+
+  got_values, got_grads = values_and_grads(mode, build)
+  for i, (every, loss_on) in enumerate(cases):
+    with tf.GradientTape() as tape:
+      sources = differentiable(args)
+      tape.watch(sources)
+      acc, final = static_unroll(*args, cell_fn)
+      loss = loss_of(acc, final, loss_on)
+    want = tape.gradient(loss, sources,
+                         unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    n = len(sources)
+    got = got_grads[i * n:(i + 1) * n]
+    for g, w, x in zip(got, want, sources):
+      np.testing.assert_allclose(
+          np.asarray(tf.convert_to_tensor(g)), np.asarray(
+              tf.convert_to_tensor(w)), rtol=1e-9, atol=1e-9,
+          err_msg=f"checkpoint_every={every}, loss on {loss_on}, source {x.shape}")
+    np.testing.assert_allclose(np.asarray(got_values[i]),
+                               np.asarray(final["h"]), rtol=1e-12)
+
+
+def normalizing_cell(theta, state, x):
+  """h / |h| is NaN at h = 0: reading a finished example's zeroed row as the
+  state entering a later step would poison its gradients (0 * NaN)."""
+  h = state["h"]
+  return {"h": theta["a"] * h / tf.norm(h, axis=-1, keepdims=True) + x}, []
+
+
+@pytest.mark.parametrize("mode", GRAPH_MODES)
+@pytest.mark.parametrize("grad", ["autodiff", "gradients"])
+def test_finished_examples_reenter_from_their_final_state(mode, grad):
+  rng = np.random.default_rng(5)
+  lengths = [2, 5, 0]
+  theta = {"a": rng.normal(size=[3])}
+  state0 = {"h": rng.normal(size=[3, 3])}
+  inputs = rng.normal(size=[5, 3, 3])
+  cell_grad = (None if grad == "autodiff" else
+               recomputing_cell_grad(normalizing_cell, grad))
+
+  def build(watch):
+    args = tf.nest.map_structure(tf.constant, (theta, state0, inputs))
+    watch(tf.nest.flatten(args))
+    acc, final = tf_recurrent.recurrent(*args, normalizing_cell, cell_grad,
+                                        sequence_length=lengths)
+    loss = tf.reduce_sum(tf.sin(acc["h"])) + tf.reduce_sum(final["h"])
+    return (acc, final), loss, tf.nest.flatten(args)
+
+  got_values, got_grads = values_and_grads(mode, build)
+  args = tf.nest.map_structure(tf.constant, (theta, state0, inputs))
+  with tf.GradientTape() as tape:
+    tape.watch(tf.nest.flatten(args))
+    acc, final = static_unroll(*args, normalizing_cell,
+                               sequence_length=lengths)
+    loss = tf.reduce_sum(tf.sin(acc["h"])) + tf.reduce_sum(final["h"])
+  want_grads = tape.gradient(loss, tf.nest.flatten(args))
+  assert all(np.all(np.isfinite(g)) for g in got_grads)
+  assert_all_close((got_values, got_grads),
+                   (tf.nest.flatten((acc, final)), want_grads), tol=1e-9)

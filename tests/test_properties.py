@@ -10,7 +10,8 @@ import numpy as np
 import tensorflow as tf
 
 import tf_recurrent
-from conftest import assert_all_close, static_unroll
+from conftest import (GRAPH_MODES, assert_all_close, recomputing_cell_grad,
+                      static_unroll, values_and_grads)
 
 Pair = collections.namedtuple("Pair", "first second")
 BATCH = 2
@@ -48,10 +49,14 @@ def structures(draw, leaf_count):
     checkpoint_every=st.sampled_from([None, 1, 2, 3, "sqrt"]),
     accumulate_state=st.sampled_from([True, False, "per_leaf"]),
     nonlinearity=st.sampled_from(["tanh", "sin", "square"]),
+    cell_grad=st.sampled_from([None, "by_hand", "tape", "gradients",
+                               "gradients_in_function"]),
+    mode=st.sampled_from(GRAPH_MODES),
     seed=st.integers(0, 2**16))
 def test_matches_static_unroll(state_struct, input_struct, seq_len, length_cut,
                                use_length, example_lengths, checkpoint_every,
-                               accumulate_state, nonlinearity, seed):
+                               accumulate_state, nonlinearity, cell_grad, mode,
+                               seed):
   rng = np.random.default_rng(seed)
   dim = 3
   num_state = len(tf.nest.flatten(state_struct))
@@ -66,15 +71,43 @@ def test_matches_static_unroll(state_struct, input_struct, seq_len, length_cut,
   if accumulate_state == "per_leaf":
     accumulate_state = tf.nest.map_structure(
         lambda _: bool(rng.integers(2)), state_struct)
-  act = {"tanh": tf.tanh, "sin": tf.sin, "square": lambda v: v * v * 0.3}[
-      nonlinearity]
+  act, act_grad = {
+      "tanh": (tf.tanh, lambda pre, v: 1 - v * v),
+      "sin": (tf.sin, lambda pre, v: tf.cos(pre)),
+      "square": (lambda v: v * v * 0.3, lambda pre, v: 0.6 * pre)}[nonlinearity]
+
+  def pre_activations(theta, flat_s, flat_x):
+    drive = sum(flat_x[i] * theta["in"][i] for i in range(num_inputs))
+    return [tf.matmul(flat_s[(i + 1) % num_state], theta["mix"][i]) + s +
+            drive for i, s in enumerate(flat_s)]
 
   def cell(theta, state, x):
+    pre = pre_activations(theta, tf.nest.flatten(state), tf.nest.flatten(x))
+    return tf.nest.pack_sequence_as(state, [act(p) for p in pre]), []
+
+  def grad_by_hand(theta, state, x, extras, dstate1):
+    del extras
     flat_s, flat_x = tf.nest.flatten(state), tf.nest.flatten(x)
-    drive = sum(flat_x[i] * theta["in"][i] for i in range(num_inputs))
-    new = [act(tf.matmul(flat_s[(i + 1) % num_state], theta["mix"][i]) + s +
-               drive) for i, s in enumerate(flat_s)]
-    return tf.nest.pack_sequence_as(state, new), []
+    pre = pre_activations(theta, flat_s, flat_x)
+    dpre = [d * act_grad(p, act(p))
+            for d, p in zip(tf.nest.flatten(dstate1), pre)]
+    ds = list(dpre)
+    dmix = []
+    for i, d in enumerate(dpre):
+      src = (i + 1) % num_state
+      dmix.append(tf.matmul(flat_s[src], d, transpose_a=True))
+      ds[src] += tf.matmul(d, theta["mix"][i], transpose_b=True)
+    ddrive = sum(dpre)
+    dtheta = {"mix": tf.stack(dmix),
+              "in": tf.stack([tf.reduce_sum(ddrive * v, 0) for v in flat_x])}
+    dx = [ddrive * theta["in"][i] for i in range(num_inputs)]
+    return (dtheta, tf.nest.pack_sequence_as(state, ds),
+            tf.nest.pack_sequence_as(x, dx))
+
+  if cell_grad is None or cell_grad == "by_hand":
+    grad_fn = cell_grad and grad_by_hand
+  else:
+    grad_fn = recomputing_cell_grad(cell, cell_grad)
 
   num_steps = min(length_cut, seq_len) if use_length else None
   if example_lengths is not None:
@@ -86,26 +119,34 @@ def test_matches_static_unroll(state_struct, input_struct, seq_len, length_cut,
     return tf.nest.map_structure(lambda a, keep: a if keep else None, acc,
                                  accumulate_state)
 
-  def run(op):
-    with tf.GradientTape() as tape:
-      tape.watch([theta, state0, inputs])
-      acc, final = op()
-      rows = [a for a in tf.nest.flatten(acc) if a is not None]
-      loss = sum(tf.reduce_sum(tf.sin(a)) for a in rows) + sum(
-          tf.reduce_sum(f * f) for f in tf.nest.flatten(final))
-    return acc, final, tape.gradient(loss, [theta, state0, inputs])
+  def loss_of(acc, final):
+    rows = [a for a in tf.nest.flatten(acc) if a is not None]
+    return sum(tf.reduce_sum(tf.sin(a)) for a in rows) + sum(
+        tf.reduce_sum(f * f) for f in tf.nest.flatten(final))
 
-  got = run(lambda: tf_recurrent.recurrent(
-      theta, state0, inputs, cell, max_input_length=num_steps,
-      sequence_length=example_lengths, checkpoint_every=checkpoint_every,
-      accumulate_state=accumulate_state))
+  def build(watch):
+    # Fresh constants: a TF1 graph cannot capture eager tensors.
+    args = tf.nest.map_structure(lambda v: tf.constant(v.numpy()),
+                                 [theta, state0, inputs])
+    watch(args)
+    acc, final = tf_recurrent.recurrent(
+        *args, cell, grad_fn, max_input_length=num_steps,
+        sequence_length=example_lengths, checkpoint_every=checkpoint_every,
+        accumulate_state=accumulate_state)
+    if accumulate_state is not False:
+      tf.nest.assert_same_structure(acc, state0)
+    values = [v for v in tf.nest.flatten((acc, final)) if v is not None]
+    return values, loss_of(acc, final), tf.nest.flatten(args)
 
-  def reference():
+  got = values_and_grads(mode, build)
+  sources = tf.nest.flatten([theta, state0, inputs])
+  with tf.GradientTape() as tape:
+    tape.watch(sources)
     acc, final = static_unroll(theta, state0, inputs, cell, num_steps,
                                sequence_length=example_lengths)
-    return masked(acc), final
-
-  want = run(reference)
-  if accumulate_state is not False:
-    tf.nest.assert_same_structure(got[0], state0)
+    acc = masked(acc)
+    loss = loss_of(acc, final)
+  want = ([v for v in tf.nest.flatten((acc, final)) if v is not None],
+          tape.gradient(loss, sources,
+                        unconnected_gradients=tf.UnconnectedGradients.ZERO))
   assert_all_close(got, want, tol=1e-9)

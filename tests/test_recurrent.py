@@ -7,9 +7,10 @@ import pytest
 import tensorflow as tf
 
 import tf_recurrent
-from conftest import (MODES, assert_all_close, assert_numerical_gradients,
+from conftest import (GRAPH_MODES, MODES, assert_all_close, assert_numerical_gradients,
                       elman_args, elman_cell, elman_grad, in_mode, loss_weights,
-                      static_unroll, weighted_sum)
+                      recomputing_cell_grad, static_unroll, values_and_grads,
+                      weighted_sum)
 
 Theta = collections.namedtuple("Theta", "x")
 Coeff = collections.namedtuple("Coeff", "coeff")
@@ -470,3 +471,105 @@ def test_autograph_converts_the_cell_like_the_caller():
   acc, dx = run(tf.constant([[1.0, 1.0], [-1.0, -1.0], [2.0, 2.0]]))
   np.testing.assert_allclose(acc, [[1, 1], [2, 2], [4, 4]])
   np.testing.assert_allclose(dx, [[3, 3], [-2, -2], [1, 1]])
+
+
+# A custom cell_grad is handed values of its step only.
+
+
+def scaled_sum_cell(theta, state, inputs):
+  """v1 = v0 + x * t: d v_T / d x = sum(t), d v_T / d t_i = x."""
+  return {"v": state["v"] + theta["x"] * inputs["t"]}, []
+
+
+ENTRIES = {
+    "recurrent": tf_recurrent.recurrent,
+    "Recurrent": tf_recurrent.Recurrent,
+    # Lingvo's cell_grad returns a fourth value, dcaptured.
+    "lingvo": lambda theta, state0, inputs, cell_fn, cell_grad: (
+        tf_recurrent.lingvo.Recurrent(
+            theta, state0, inputs, cell_fn,
+            lambda *args: tuple(cell_grad(*args)) + (None,))),
+}
+
+
+@pytest.mark.parametrize("mode", GRAPH_MODES)
+@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("how", ["gradients", "gradients_in_function", "tape"])
+def test_cell_grad_sees_only_its_step(mode, entry, how):
+  """A cell_grad differentiating its recomputed step gets partial
+  derivatives: tf.gradients on arguments still wired to the forward loop
+  returned d v_T / d x = 10 here (through every earlier step), not 6."""
+  cell_grad = recomputing_cell_grad(scaled_sum_cell, how)
+
+  def build(watch):
+    x, t = tf.constant(1.0, tf.float64), tf.constant([1.0, 2.0, 3.0],
+                                                     tf.float64)
+    watch([x, t])
+    acc, final = ENTRIES[entry]({"x": x}, {"v": tf.constant(0.0, tf.float64)},
+                                {"t": t}, scaled_sum_cell, cell_grad)
+    loss = final["v"] + 0.5 * tf.reduce_sum(acc["v"])
+    return final, loss, [x, t]
+
+  values, (dx, dt) = values_and_grads(mode, build)
+  assert float(values[0]) == 6.0
+  # loss = v_3 + (v_1 + v_2 + v_3) / 2, v_i = x * (t_1 + ... + t_i).
+  assert float(dx) == 6.0 + 0.5 * (1.0 + 3.0 + 6.0)
+  np.testing.assert_array_equal(dt, [2.5, 2.0, 1.5])
+
+
+@pytest.mark.parametrize("mode", GRAPH_MODES)
+@pytest.mark.parametrize("seq_len", [0, 1, 3])
+def test_max_input_length_tensor_for_every_length(mode, seq_len):
+  """A max_input_length known only at run time, T=0 and T=1 included."""
+  limit = min(seq_len, 2)
+
+  def build(watch):
+    if mode == "tf1":
+      max_len = tf.compat.v1.placeholder(tf.int32, [])
+      feed = {max_len: limit}
+    else:  # A value no constant folding sees through.
+      max_len = tf.reduce_max(tf.fill([1], limit))
+      feed = None
+    x = tf.constant(np.arange(1.0, seq_len + 1.0))
+    watch(x)
+    acc, final = tf_recurrent.recurrent(
+        (), tf.constant(0.0, tf.float64), x, lambda _, s, x_t: (s + x_t, []),
+        max_input_length=max_len)
+    loss = final + tf.reduce_sum(acc)
+    return (acc, final), loss, [x], feed
+
+  (acc, final), (dx,) = values_and_grads(mode, build)
+  want = np.cumsum(np.arange(1.0, limit + 1.0))
+  np.testing.assert_array_equal(acc, np.pad(want, [0, seq_len - limit]))
+  assert float(final) == (want[-1] if limit else 0.0)
+  # d/dx_i of final + sum(acc), for the steps that ran.
+  np.testing.assert_array_equal(
+      dx, [1.0 + limit - i if i < limit else 0.0 for i in range(seq_len)])
+
+
+# Graph modes only: an eager TensorArray is a Python list, indexed by a
+# Python int, so no traced step can read it.
+@pytest.mark.parametrize("mode", ["function", "xla", "tf1"])
+def test_tensor_array_read_in_the_cell_gets_its_gradient(mode):
+  """raw_rnn's inputs: a TensorArray unstacked outside, read per step. Its
+  gradient was silently None (variant captures were not differentiated)."""
+
+  def build(watch):
+    x = tf.constant([1.0, 2.0, 3.0], tf.float64)
+    theta = tf.constant(2.0, tf.float64)
+    watch([x, theta])
+    steps = tf.TensorArray(tf.float64, size=3).unstack(x)
+
+    def cell(theta, state, t):
+      return state * theta + steps.read(t), []
+
+    acc, final = tf_recurrent.recurrent(theta, tf.constant(0.0, tf.float64),
+                                        tf.range(3), cell)
+    return (acc, final), final + tf.reduce_sum(acc), [x, theta]
+
+  (acc, final), (dx, dtheta) = values_and_grads(mode, build)
+  # v1 = x1, v2 = 2 x1 + x2, v3 = 4 x1 + 2 x2 + x3 (theta = 2).
+  np.testing.assert_array_equal(acc, [1.0, 4.0, 11.0])
+  np.testing.assert_array_equal(dx, [4 + 2 + 1 + 4, 2 + 1 + 2, 1 + 1])
+  # d/dtheta of v3 + v1 + v2 + v3 at theta = 2: v2' = x1, v3' = 4 x1 + x2.
+  assert float(dtheta) == 2 * (4 * 1.0 + 2.0) + 1.0

@@ -49,6 +49,25 @@ def test_each_call_and_step_gets_the_documented_seed(mode):
   assert not np.array_equal(acc["first"][0], acc["first"][1])
 
 
+def test_three_calls_in_a_step_each_get_the_documented_seed(mode):
+  """The seed itself, per call: a frame that stopped counting after the
+  second call (or folded in a constant) would repeat a seed."""
+
+  def three_seeds_cell(theta, state, x):
+    del theta, state, x
+    return {"seeds": tf.stack([tf_recurrent.step_seed() for _ in range(3)])}, []
+
+  acc, _ = in_mode(mode, lambda seed: tf_recurrent.recurrent(
+      (), {"seeds": tf.zeros([3, 2], tf.int32)}, tf.zeros([2, 1]),
+      three_seeds_cell, seed=seed))(tf.constant(SEED))
+  # Computed by the same backend: XLA's fold-in draws other numbers.
+  want = in_mode(mode, lambda: tf.stack([
+      tf.stack([documented_seed(t, n) for n in range(3)]) for t in range(2)]))()
+  np.testing.assert_array_equal(acc["seeds"], want)
+  for t in range(2):
+    assert len({tuple(s) for s in np.asarray(want[t])}) == 3
+
+
 def test_under_xla_two_calls_in_a_step_differ():
   # XLA's stateless RNG draws other numbers than the CPU kernels, so only
   # the distinctness is checked here; the gradient test below checks XLA's

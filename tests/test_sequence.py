@@ -1,7 +1,9 @@
 """The layers' chunked LSTM/GRU loops against a float64 static unroll.
 
 Chunks are made 3 steps long here, so a short sequence has several chunks
-and a partial last one (T=7: 3 + 3 + 1).
+and a partial last one (T=7: 3 + 3 + 1). Masked runs are checked against
+the unroll with Keras's masked step (the state carried where the mask is
+off), written with plain `tf.where`.
 """
 
 import hypothesis
@@ -51,6 +53,39 @@ def unrolled_gru(x, state0, w):
 UNROLLED = {"lstm": unrolled_lstm, "gru": unrolled_gru}
 
 
+def unrolled(kind, x, state0, w, mask=None):
+  """The unroll; with a `[T, B]` mask, masked steps carry the state."""
+  if mask is None:
+    return UNROLLED[kind](x, state0, w)
+  state, outputs = list(state0), []
+  for t in range(x.shape[0]):
+    _, new = UNROLLED[kind](x[t:t + 1], state, w)
+    running = mask[t][:, None]
+    state = [tf.where(running, n, s) for n, s in zip(new, state)]
+    outputs.append(state[0])
+  return tf.stack(outputs), state
+
+
+# Per example (B=2), a `[T]` pattern, cut to T steps:
+MASKS = {
+    # Holes in the middle, one across the chunk boundary 2|3; a length-0
+    # (all-masked) example.
+    "holes": ("1100101", "0000000"),
+    # A prefix (right padded) and a suffix (left padded: starts masked,
+    # from a non-zero initial state).
+    "prefix": ("1111000", "0001111"),
+    "all_masked": ("0000000", "0000000"),
+}
+
+
+def mask_of(name, steps):
+  """The `[T, B]` (time-major) bool mask called `name`, or None."""
+  if name is None:
+    return None
+  rows = [[c == "1" for c in pattern[:steps]] for pattern in MASKS[name]]
+  return tf.constant(np.array(rows).T.reshape([steps, B]))
+
+
 def case(kind, steps, dtype=tf.float64, seed=0):
   rng = np.random.default_rng(seed)
   gates = 4 if kind == "lstm" else 3
@@ -72,29 +107,38 @@ def loss_of(outputs, final):
                     for i, f in enumerate(final))
 
 
-def run_both(mode, kind, recompute, steps):
+def run_both(mode, kind, recompute, steps, mask_name=None):
   def build(fn):
     def run(watch):
       x, state0, w = case(kind, steps)  # In the TF1 graph when there is one.
       watch([x, state0, w])
-      outputs, final = fn(x, state0, w)
+      outputs, final = fn(x, state0, w, mask_of(mask_name, steps))
       return ([outputs, final], loss_of(outputs, final),
               tf.nest.flatten([x, state0, w]))
     return run
 
   ours = values_and_grads(mode, build(
-      lambda x, s, w: sequence.run(kind, x, s, w, recompute=recompute)))
-  want = values_and_grads("eager", build(UNROLLED[kind]))
+      lambda x, s, w, m: sequence.run(kind, x, s, w, recompute=recompute,
+                                      mask=m)))
+  want = values_and_grads("eager", build(
+      lambda x, s, w, m: unrolled(kind, x, s, w, m)))
   return ours, want
+
+
+# (T, mask): unmasked at T = 1, a chunk, several chunks with a partial last
+# one; masked at T = 1, T < chunk, and partial last chunks (5 = 3 + 2,
+# 7 = 3 + 3 + 1).
+STEPS_AND_MASKS = [(1, None), (3, None), (7, None), (1, "all_masked"),
+                   (2, "prefix"), (5, "prefix"), (7, "holes")]
 
 
 @pytest.mark.parametrize("mode", GRAPH_MODES)
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
 @pytest.mark.parametrize("recompute", [False, True],
                          ids=["keep_gates", "recompute"])
-@pytest.mark.parametrize("steps", [1, 3, 7])
-def test_matches_float64_unroll(mode, kind, recompute, steps):
-  ours, want = run_both(mode, kind, recompute, steps)
+@pytest.mark.parametrize("steps,mask_name", STEPS_AND_MASKS)
+def test_matches_float64_unroll(mode, kind, recompute, steps, mask_name):
+  ours, want = run_both(mode, kind, recompute, steps, mask_name)
   for got, expected in zip(tf.nest.flatten(ours), tf.nest.flatten(want)):
     np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
 
@@ -102,47 +146,50 @@ def test_matches_float64_unroll(mode, kind, recompute, steps):
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
 @pytest.mark.parametrize("recompute", [False, True],
                          ids=["keep_gates", "recompute"])
-def test_numerical_gradients(kind, recompute):
+@pytest.mark.parametrize("mask_name", [None, "holes"])
+def test_numerical_gradients(kind, recompute, mask_name):
   x, state0, w = case(kind, 5, seed=1)
   names = sorted(w)
+  mask = mask_of(mask_name, 5)
 
   def loss(x, *args):
     state = list(args[:len(state0)])
     weights = dict(zip(names, args[len(state0):]))
     return loss_of(*sequence.run(kind, x, state, weights,
-                                 recompute=recompute))
+                                 recompute=recompute, mask=mask))
 
   assert_numerical_gradients(loss, [x] + state0 + [w[k] for k in names])
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
-def test_time_unknown_when_traced(kind):
+@pytest.mark.parametrize("mask_name", [None, "holes"])
+def test_time_unknown_when_traced(kind, mask_name):
   """T known only at run time: the chunk grid is computed in the graph."""
   x, state0, w = case(kind, 7)
+  mask = mask_of(mask_name, 7)
 
-  @tf.function(input_signature=[tf.TensorSpec([None, B, D], tf.float64)])
-  def run(x):
+  @tf.function(input_signature=[tf.TensorSpec([None, B, D], tf.float64),
+                                tf.TensorSpec([None, B], tf.bool)])
+  def run(x, mask):
     with tf.GradientTape() as tape:
-      tape.watch(x)
-      outputs, final = sequence.run(kind, x, state0, w)
+      tape.watch([x, state0, w])
+      outputs, final = sequence.run(kind, x, state0, w,
+                                    mask=None if mask_name is None else mask)
       loss = loss_of(outputs, final)
-    return outputs, tape.gradient(loss, x)
+    return outputs, final, tape.gradient(loss, [x, state0, w])
 
-  with tf.GradientTape() as tape:
-    tape.watch(x)
-    outputs, final = UNROLLED[kind](x, state0, w)
-    loss = loss_of(outputs, final)
-  want = (outputs, tape.gradient(loss, x))
   for steps in (7, 2):  # One trace, two lengths.
-    got = run(x[:steps])
-    if steps == 2:
-      with tf.GradientTape() as tape:
-        tape.watch(x)
-        outputs, final = UNROLLED[kind](x[:2], state0, w)
-        loss = loss_of(outputs, final)
-      want = (outputs, tape.gradient(loss, x)[:2])
-    for a, b in zip(got, want):
+    xs, step_mask = x[:steps], None if mask is None else mask[:steps]
+    with tf.GradientTape() as tape:
+      tape.watch([xs, state0, w])
+      outputs, final = unrolled(kind, xs, state0, w, step_mask)
+      loss = loss_of(outputs, final)
+    want = (outputs, final, tape.gradient(loss, [xs, state0, w]))
+    got = run(xs, tf.ones([steps, B], tf.bool) if mask is None
+              else step_mask)
+    for a, b in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
       np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
+  assert run.experimental_get_tracing_count() == 1
 
 
 @pytest.mark.parametrize("mode", ["function", "xla"])
@@ -191,20 +238,23 @@ def test_chunk_grid():
     suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture])
 @hypothesis.given(kind=st.sampled_from(["lstm", "gru"]), steps=st.integers(1, 9),
                   chunk=st.integers(1, 5), recompute=st.booleans(),
-                  seed=st.integers(0, 2**16))
+                  masked=st.booleans(), seed=st.integers(0, 2**16))
 def test_any_length_and_chunk_matches_unroll(kind, steps, chunk, recompute,
-                                             seed):
-  """Random lengths and chunk sizes (full, partial or one-step chunks)."""
+                                             masked, seed):
+  """Random lengths and chunk sizes (full, partial or one-step chunks), and
+  random masks."""
   x, state0, w = case(kind, steps, seed=seed)
+  mask = (tf.constant(np.random.default_rng(seed).random([steps, B]) < 0.6)
+          if masked else None)
   with tf.GradientTape() as tape:
     tape.watch([x, state0, w])
-    outputs, final = UNROLLED[kind](x, state0, w)
+    outputs, final = unrolled(kind, x, state0, w, mask)
     want = tape.gradient(loss_of(outputs, final), [x, state0, w])
   sequence.CHUNK = chunk  # Restored by the short_chunks fixture.
   with tf.GradientTape() as tape:
     tape.watch([x, state0, w])
     got_outputs, got_final = sequence.run(kind, x, state0, w,
-                                          recompute=recompute)
+                                          recompute=recompute, mask=mask)
     got = tape.gradient(loss_of(got_outputs, got_final), [x, state0, w])
   for a, b in zip(tf.nest.flatten([got_outputs, got_final, got]),
                   tf.nest.flatten([outputs, final, want])):

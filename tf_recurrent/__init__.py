@@ -14,8 +14,13 @@ Example:
 TensorShape([5, 2, 4])
 """
 
+from tf_recurrent import contrib
 from tf_recurrent import lingvo
+from tf_recurrent import tflite
 from tf_recurrent.bidirectional import bidirectional
+from tf_recurrent.dynamic import bidirectional_dynamic_rnn
+from tf_recurrent.dynamic import dynamic_rnn
+from tf_recurrent.dynamic import raw_rnn
 from tf_recurrent.seeds import step_seed
 from tf_recurrent.layers import ConvLSTM2D
 from tf_recurrent.layers import GRU
@@ -29,5 +34,6 @@ from tf_recurrent.serving import export as export_saved_model
 
 __all__ = ["recurrent", "Recurrent", "bidirectional", "step_seed", "RNN", "LSTM", "GRU",
            "SimpleRNN", "ConvLSTM2D", "StreamingModule", "export_saved_model",
-           "lingvo"]
+           "lingvo", "contrib", "dynamic_rnn", "bidirectional_dynamic_rnn",
+           "raw_rnn", "tflite"]
 __version__ = "0.1.0"

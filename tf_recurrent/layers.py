@@ -8,19 +8,23 @@ dropout-mask setup, `get_config`, saving) is Keras's own, so swapping
 `keras.layers.LSTM` for `tf_recurrent.LSTM` changes nothing but the loop and
 its memory.
 
-Plain LSTMCell and GRUCell configurations run their own chunked loop pair
-(`tf_recurrent.sequence`: one sequential GEMM per step each way, the weight
-gradients batched per chunk of steps); masked, and for SimpleRNNCell, they
-take the built-in steps of `tf_recurrent.cells` on the op (hand-written
-gradients, input projection hoisted out of the loop). With
+Plain LSTMCell and GRUCell configurations, masked or not, run their own
+chunked loop pair (`tf_recurrent.sequence`: one sequential GEMM per step
+each way, the weight gradients batched per chunk of steps); a plain
+SimpleRNNCell takes the built-in step of `tf_recurrent.cells` on the op
+(hand-written gradient, input projection hoisted out of the loop). With
 `recompute=True` the gates are rebuilt in the backward pass instead of
 kept. Any other cell (a ConvLSTM cell, a cell with recurrent dropout, a
 user's cell) runs as it is, recomputed step by step in the backward pass,
 its weights getting gradients through the op's captured-variable support.
 
 Options a user sets are honoured or refused, never dropped: `unroll=True`
-runs Keras's own unrolled loop; `use_cudnn=True` raises (tf_recurrent never
-runs cuDNN; "auto" and False run its loop).
+runs Keras's own unrolled loop; `use_cudnn=True` (LSTM, GRU) runs Keras's
+own inner loop, its cuDNN kernel on a GPU, which keeps every activation of
+every step for the backward pass, and where cuDNN cannot run (no GPU,
+recurrent dropout, another activation, ...) raises Keras's own error at the
+call; "auto" (the default) and False run tf_recurrent's loop. Unlike
+Keras's, the layers keep `use_cudnn` in `get_config`.
 """
 
 import dataclasses
@@ -35,6 +39,7 @@ from tf_recurrent import masks
 from tf_recurrent import op
 from tf_recurrent import sequence
 from tf_recurrent import structs
+from tf_recurrent import tflite
 
 
 def _check_initial_state(layer, initial_state):
@@ -78,7 +83,7 @@ class BuiltInCell:
     state_keys: The op's state keys, in the order of Keras's states.
     plain: Attribute values the cell must have (activations, options).
     bias_rows: Rows of Keras's bias (2 for GRU's input and recurrent bias).
-    sequence: The kind of `tf_recurrent.sequence` loop run without a mask
+    sequence: The kind of `tf_recurrent.sequence` loop run, masked or not
       ("lstm", "gru"), or None: the op with step and grad.
   """
   step: Callable[..., Any]
@@ -159,9 +164,9 @@ class _RecurrentLoop:
 
   Adds one constructor argument to Keras's: `recompute` (default False).
   False keeps, per time step, what the backward pass of a plain
-  LSTM/GRU/SimpleRNN cell reads (the gate activations; with a mask or for
-  SimpleRNN also the projected inputs): the fastest gradient. True keeps
-  only the state (for an unmasked LSTM/GRU, only the outputs) and rebuilds
+  LSTM/GRU/SimpleRNN cell reads (the gate activations; for SimpleRNN also
+  the projected inputs): the fastest gradient. True keeps
+  only the state (for an LSTM/GRU, only the outputs) and rebuilds
   the gates in the backward pass: for an LSTM at H=512 1.5x (XLA) / 2.4x
   (TF) the state's bytes per step instead of 3.3x / 4.8x, for 1.2-1.5x the
   time (benchmarks/RESULTS.md). Other cells always recompute (their
@@ -174,13 +179,21 @@ class _RecurrentLoop:
     self.recompute = recompute
 
   def get_config(self):
-    return {**super().get_config(), "recompute": self.recompute}
+    config = {**super().get_config(), "recompute": self.recompute}
+    if hasattr(self, "use_cudnn"):
+      # Keras leaves it out (a saved use_cudnn=True comes back "auto");
+      # kept here, so a saved layer runs the loop it ran.
+      config["use_cudnn"] = self.use_cudnn
+    return config
 
   def inner_loop(self, sequences, initial_state, mask, training=False):
     """Runs the cell over time; returns (last_output, outputs, states)."""
-    if getattr(self, "unroll", False):
+    if (getattr(self, "unroll", False) or
+        getattr(self, "use_cudnn", None) is True):
       # Asked for by name: Keras's own unrolled loop (static T), which
-      # keeps every step's activations for its gradient.
+      # keeps every step's activations for its gradient; or Keras's own
+      # inner loop with its cuDNN kernel, which raises Keras's own error
+      # where cuDNN cannot run.
       return super().inner_loop(sequences, initial_state, mask, training)
     if tf.nest.is_nested(mask):
       mask = tf.nest.flatten(mask)[0]
@@ -202,6 +215,11 @@ class _RecurrentLoop:
     if not tf.nest.is_nested(initial_state):
       initial_state = [initial_state]
     _check_initial_state(self, initial_state)
+    if tflite.takes_inference_path(training, sequences):
+      # A graph nothing differentiates: loops TFLite converts (tflite.py).
+      spec = _built_in(self.cell)
+      return tflite.inner_loop(self, sequences, x, initial_state, mask,
+                               spec is not None and spec.sequence == "lstm")
     fast = self._fast_loop(x, initial_state, mask, training)
     if fast is not None:
       outputs, final_states, last_output = fast
@@ -277,39 +295,45 @@ class _RecurrentLoop:
         recurrent_kernel.dtype))
     theta, input_bias = spec.split_weights(recurrent_kernel, bias)
     state0 = [tf.cast(s, dtype) for s in initial_state]
-    if spec.sequence is not None and mask is None:
-      # The chunked loop pair with batched weight gradients (sequence.py).
-      outputs, final = sequence.run(
+    if spec.sequence is not None:
+      # The chunked loop pair with batched weight gradients (sequence.py);
+      # a masked step carries the state, and its row is the carried h.
+      carried, final = sequence.run(
           spec.sequence, x, state0,
           {"kernel": kernel, "bias": input_bias, **theta},
-          recompute=self.recompute)
-      return outputs, final, outputs[-1]
+          recompute=self.recompute, mask=mask)
+    else:
+      carried, final = self._op_loop(spec, x, state0, mask, theta, kernel,
+                                     input_bias)
+    if mask is None:
+      return carried, final, carried[-1]
+    # Keras emits the previous output at a masked step (zeros before the
+    # first unmasked one), or zeros with zero_output_for_mask.
+    emitted = mask if self.zero_output_for_mask else tf.cast(
+        tf.cumsum(tf.cast(mask, tf.int32), axis=0), tf.bool)
+    outputs = tf.where(emitted[:, :, None], carried, tf.zeros_like(carried))
+    return outputs, final, outputs[-1]
+
+  def _op_loop(self, spec, x, state0, mask, theta, kernel, input_bias):
+    """SimpleRNN's built-in step on the op: (carried h rows, final state)."""
     step, grad = spec.step, spec.grad
     if self.recompute:
       theta = {"cell": theta, "kernel": kernel, "bias": input_bias}
       step, grad = cells.recomputing(step, grad)
       inputs = x
     else:
-      inputs = cells.project_inputs(x, tf.cast(kernel, dtype),
-                                    tf.cast(input_bias, dtype))
+      inputs = cells.project_inputs(x, tf.cast(kernel, x.dtype),
+                                    tf.cast(input_bias, x.dtype))
     state0 = dict(zip(spec.state_keys, state0))
-    # Only h is read per step; an LSTM's c rows get no gradient tensor.
+    # Only h is read per step (a state leaf other than h gets no gradient
+    # tensor).
     per_step = {key: key == "h" for key in spec.state_keys}
-    if mask is None:
-      acc, final = op.recurrent(theta, state0, inputs, step, grad,
-                                accumulate_state=per_step)
-      outputs = acc["h"]
-    else:
-      masked_step, masked_grad = cells.masked(step, grad)
-      acc, final = op.recurrent(
-          theta, state0, {"x": inputs, "mask": mask}, masked_step,
-          masked_grad, accumulate_state=per_step)
-      # Keras emits the previous output at a masked step (zeros before the
-      # first unmasked one), or zeros with zero_output_for_mask.
-      emitted = mask if self.zero_output_for_mask else tf.cast(
-          tf.cumsum(tf.cast(mask, tf.int32), axis=0), tf.bool)
-      outputs = tf.where(emitted[:, :, None], acc["h"], tf.zeros_like(acc["h"]))
-    return outputs, [final[key] for key in spec.state_keys], outputs[-1]
+    if mask is not None:
+      step, grad = cells.masked(step, grad)
+      inputs = {"x": inputs, "mask": mask}
+    acc, final = op.recurrent(theta, state0, inputs, step, grad,
+                              accumulate_state=per_step)
+    return acc["h"], [final[key] for key in spec.state_keys]
 
 
 def _keras_arguments(arguments: Dict[str, Any]) -> Dict[str, Any]:
@@ -319,13 +343,11 @@ def _keras_arguments(arguments: Dict[str, Any]) -> Dict[str, Any]:
   return {**passed, **arguments["kwargs"]}
 
 
-def _check_use_cudnn(use_cudnn):
-  if use_cudnn is True:
-    raise ValueError(
-        "use_cudnn=True: tf_recurrent never runs cuDNN; its loop is "
-        "tf_recurrent.recurrent, whose backward pass keeps only the states. "
-        "Pass use_cudnn='auto' (or False) for it, or use the Keras layer for "
-        "cuDNN.")
+def _jit_unless_cudnn(layer):
+  """Keras turns XLA off for an LSTM/GRU that may run cuDNN (on a machine
+  with a GPU, for "auto" too); ours runs cuDNN only for use_cudnn=True."""
+  if layer.use_cudnn is not True:
+    layer.supports_jit = True
 
 
 @keras.saving.register_keras_serializable(package="tf_recurrent")
@@ -360,8 +382,13 @@ class LSTM(_RecurrentLoop, keras.layers.LSTM):
   """`keras.layers.LSTM` on `tf_recurrent.recurrent` with a hand-written gradient.
 
   Takes the arguments of `keras.layers.LSTM`, plus `recompute`.
-  `use_cudnn="auto"` or False run tf_recurrent's loop; True raises (no
-  cuDNN here). `unroll=True` runs Keras's own unrolled loop.
+  `use_cudnn="auto"` or False run tf_recurrent's loop. `use_cudnn=True`
+  hands the call to Keras's own inner loop, as `keras.layers.LSTM` runs it:
+  its cuDNN kernel on a GPU, which keeps every activation of every step for
+  the backward pass (none of tf_recurrent's memory savings, and no XLA for
+  the model), and where cuDNN cannot run (no GPU, recurrent dropout, a
+  non-default activation, no bias, `unroll=True`) Keras's own ValueError at
+  the call. `unroll=True` runs Keras's own unrolled loop.
 
   Example:
 
@@ -387,9 +414,9 @@ class LSTM(_RecurrentLoop, keras.layers.LSTM):
                return_state=False, go_backwards=False, stateful=False,
                unroll=False, use_cudnn="auto", *, recompute: bool = False,
                **kwargs):
-    _check_use_cudnn(use_cudnn)
     super().__init__(**_keras_arguments(locals()))
     self._set_recompute(recompute)
+    _jit_unless_cudnn(self)
 
 
 @keras.saving.register_keras_serializable(package="tf_recurrent")
@@ -398,7 +425,7 @@ class GRU(_RecurrentLoop, keras.layers.GRU):
 
   Takes the arguments of `keras.layers.GRU`, plus `recompute` (the built-in
   step needs `reset_after=True`, Keras's default). `use_cudnn` and `unroll`
-  as for `LSTM`.
+  as for `LSTM` (Keras's cuDNN GRU also needs `reset_after=True`).
 
   Example:
 
@@ -420,9 +447,9 @@ class GRU(_RecurrentLoop, keras.layers.GRU):
                go_backwards=False, stateful=False, unroll=False,
                reset_after=True, use_cudnn="auto", *,
                recompute: bool = False, **kwargs):
-    _check_use_cudnn(use_cudnn)
     super().__init__(**_keras_arguments(locals()))
     self._set_recompute(recompute)
+    _jit_unless_cudnn(self)
 
 
 @keras.saving.register_keras_serializable(package="tf_recurrent")

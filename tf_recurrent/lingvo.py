@@ -20,11 +20,19 @@ tf.contrib op. `Recurrent` here takes its signature and semantics, in eager,
 * `return_acc_extras` also returns every step's extras (without gradient,
   as in Lingvo); `backward_cleanup` runs after the backward pass.
 * Containers come back as they went in: a `NestedMap` stays a `NestedMap`.
+* Symbol values: when `lingvo.core.symbolic` is loaded, the tensor values
+  of `symbolic.SymbolToValueMap.Get(symbolic.TENSOR_VALUES)` ride in
+  `theta["_symbol_values"]`, and `cell_fn` and `cell_grad` run inside a
+  `SymbolToValueMap` of them, so `symbolic.EvalExpr(TENSOR_VALUES, sym)`
+  reads them in the loop; they get gradients, by autodiff of the step when
+  a `cell_grad` returns none for them (as in Lingvo).
 
 `accumulator_layer` (Lingvo's layer-accumulator protocol) is not supported:
 carry such values in the state instead.
 """
 
+import collections.abc
+import sys
 from typing import Any, Callable, Optional, Sequence
 
 import tensorflow as tf
@@ -113,6 +121,7 @@ def Recurrent(theta: Any,  # pylint: disable=invalid-name
   if cell_grad is not None:
     allow_implicit_capture, allowed_tensor_captures = False, None
   with tf.name_scope(cell_type or "Recurrent"):
+    theta, cell_fn, cell_grad = _with_symbol_values(theta, cell_fn, cell_grad)
     theta = structs.to_tensors(theta, "theta")
     state0 = structs.to_tensors(state0, "state0")
     inputs = structs.to_tensors(inputs, "inputs")
@@ -170,6 +179,82 @@ def _check_cell_fn(cell_fn, theta, state0, inputs, extras,
         "capture is disabled (the default) or a custom cell_grad is in use. "
         "Pass them in theta, or pass allow_implicit_capture=True (without a "
         "cell_grad).")
+
+
+def _with_symbol_values(theta, cell_fn, cell_grad):
+  """Lingvo's symbol values: carried in theta and set again in the step.
+
+  Lingvo's Recurrent reads `symbolic.SymbolToValueMap.Get(TENSOR_VALUES)`,
+  passes the values in `theta["_symbol_values"]` (a list, in the map's
+  order) and wraps `cell_fn` and `cell_grad` in a `SymbolToValueMap` of
+  them; `cell_fn` gets theta without the key, `cell_grad` with it. A
+  `cell_grad` whose dtheta has no `_symbol_values` gets theirs computed here
+  from a recompute of the step (Lingvo uses tf.gradients, a
+  `tf.GradientTape` works in every mode and sees only this step's ops). The
+  module is looked up in `sys.modules`: a map can only have been entered if
+  it is loaded, and Lingvo is no dependency of tf_recurrent.
+  """
+  symbolic = sys.modules.get("lingvo.core.symbolic")
+  symbol_map = (None if symbolic is None else
+                symbolic.SymbolToValueMap.Get(symbolic.TENSOR_VALUES))
+  if not symbol_map:
+    return theta, cell_fn, cell_grad
+  if not isinstance(theta, collections.abc.MutableMapping):
+    raise TypeError(
+        "Lingvo's symbol values are set (symbolic.SymbolToValueMap), so theta "
+        "must be a NestedMap or dict to carry them in '_symbol_values', as in "
+        f"Lingvo; got {type(theta).__name__}.")
+  symbols = list(symbol_map.keys())
+  theta = _copy(theta)  # The caller's theta stays as it was.
+  theta["_symbol_values"] = [tf.convert_to_tensor(v)
+                             for v in symbol_map.values()]
+
+  def symbol_values_set(values):
+    return symbolic.SymbolToValueMap(symbolic.TENSOR_VALUES,
+                                     dict(zip(symbols, values)))
+
+  def fn(theta, state0, inputs_t):
+    theta = _copy(theta)
+    values = theta.pop("_symbol_values")
+    with symbol_values_set(values):
+      return cell_fn(theta, state0, inputs_t)
+
+  if cell_grad is None:
+    return theta, fn, None
+
+  def grad(theta, state0, inputs_t, extras, dstate1):
+    values = theta["_symbol_values"]
+    with symbol_values_set(values):
+      dtheta, dstate0, dinputs, dcaptured = cell_grad(theta, state0, inputs_t,
+                                                      extras, dstate1)
+      if "_symbol_values" not in dtheta:
+        dtheta = _copy(dtheta)
+        dtheta["_symbol_values"] = _step_gradients(fn, theta, state0,
+                                                   inputs_t, dstate1, values)
+    return dtheta, dstate0, dinputs, dcaptured
+
+  return theta, fn, grad
+
+
+def _copy(mapping):
+  """A shallow copy of the same type (dict.copy of a NestedMap is a dict)."""
+  return type(mapping)(mapping)
+
+
+def _step_gradients(fn, theta, state0, inputs_t, dstate1, values):
+  """d <fn(theta, state0, inputs_t)[0], dstate1> / d values, of this step."""
+  watched = [v for v in values if structs.is_differentiable(v.dtype)]
+  with tf.GradientTape(watch_accessed_variables=False) as tape:
+    tape.watch(watched)
+    state1, _ = fn(theta, state0, inputs_t)
+  state1, dstate1 = tf.nest.flatten(state1), tf.nest.flatten(dstate1)
+  pairs = [(s, d) for s, d in zip(state1, dstate1)
+           if d is not None and structs.is_differentiable(s.dtype)]
+  grads = iter(tape.gradient(
+      [s for s, _ in pairs], watched, output_gradients=[d for _, d in pairs],
+      unconnected_gradients=tf.UnconnectedGradients.ZERO))
+  return [next(grads) if structs.is_differentiable(v.dtype) else None
+          for v in values]
 
 
 def _capture_of(value):

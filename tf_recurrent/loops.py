@@ -218,7 +218,10 @@ class _Checkpoints:
     num_segments = (total_steps + k - 1) // k
     return [_RowSink(s, num_segments + 1, use_xla,
                      lambda s_in, out, i=i: s_in[i],
-                     lambda t: tf.where(t % k == 0, t // k, num_segments))
+                     # tf.equal, not ==: in a TF1 graph `==` compares
+                     # tensors by identity and would always be False.
+                     lambda t: tf.where(tf.equal(t % k, 0), t // k,
+                                        num_segments))
             for i, s in enumerate(flat_s0)]
 
   def returned(self, kept):
@@ -313,7 +316,6 @@ class _Program:
         [structs.is_differentiable(x.dtype) for x in f] for f in flat)
     self.input_accs = []
     self.variables = []
-
   # The forward step.
 
   def pack(self, flat_t, flat_s, flat_x):
@@ -422,25 +424,8 @@ class _Program:
       running = lengths_lib.step_mask(self.lengths, t)
       dcell = [None if d is None else masks.zero_where_off(running, d)
                for d in dstate1]
-    theta_, s_prev, x_t = self.pack(flat_t, state_prev, inputs_t)
-    with seeds.seeded_step(self.seed_source, t):
-      if self.cell_grad is None:
-        g_theta, g_state, g_inputs, g_captured, g_vars = (
-            recompute.recompute_grad(self.cell_fn, theta_, s_prev, x_t,
-                                         dcell, self.captured, self.variables))
-      else:
-        if extras_t is None:  # Recomputed rather than kept.
-          extras_t = self.call_cell(flat_t, state_prev, inputs_t, t)[1]
-        extras_t = tf.nest.pack_sequence_as(self.extras_spec, extras_t)
-        dcell_struct = tf.nest.pack_sequence_as(
-            self.state0, [tf.zeros_like(s) if d is None else d
-                          for d, s in zip(dcell, state_prev)])
-        out = self.cell_grad(theta_, s_prev, x_t, extras_t, dcell_struct)
-        g_theta, g_state, g_inputs = (tf.nest.flatten(o) for o in out)
-        g_captured, g_vars = [], []
-    g_theta = _dense(g_theta, flat_t, self.diff_theta)
-    g_state = _dense(g_state, state_prev, self.diff_state)
-    g_inputs = _dense(g_inputs, inputs_t, self.diff_inputs)
+    g_theta, g_state, g_inputs, g_captured, g_vars = self.step_grads(
+        flat_t, state_prev, inputs_t, extras_t, dcell, t)
     if running is not None:
       # Finished examples pass their state gradient straight through.
       g_state = [masks.select(running, g, d)
@@ -449,11 +434,47 @@ class _Program:
     return _GradCarry(
         dstate=g_state,
         dtheta=[a + g for a, g in zip(carry.dtheta, g_theta)],
-        dcaptured=[a + _to_dense(g, c) for a, g, c in
-                   zip(carry.dcaptured, g_captured, self.captured)],
-        dvars=[a + _to_dense(g, a) for a, g in zip(carry.dvars, g_vars)],
+        # add_n: it also sums TensorList gradients (variant tensors).
+        dcaptured=[tf.math.add_n([a, g])
+                   for a, g in zip(carry.dcaptured, g_captured)],
+        dvars=[a + g for a, g in zip(carry.dvars, g_vars)],
         dinput_handles=[acc.write(h, t, g) for acc, h, g in
                         zip(self.input_accs, carry.dinput_handles, g_inputs)])
+
+  def step_grads(self, flat_t, state_prev, inputs_t, extras_t, dcell, t):
+    """Step t's gradients, given d(state leaving it) (`dcell`, flat).
+
+    Returns:
+      Flat lists `(dtheta, dstate0, dinputs, dcaptured, dvariables)`,
+      dense, for the differentiable leaves only.
+    """
+    theta_, s_prev, x_t = self.pack(flat_t, state_prev, inputs_t)
+    with seeds.seeded_step(self.seed_source, t):
+      if self.cell_grad is None:
+        g_theta, g_state, g_inputs, g_captured, g_vars = (
+            recompute.recompute_grad(self.cell_fn, theta_, s_prev, x_t,
+                                     dcell, self.captured, self.variables))
+      else:
+        if extras_t is None:  # Recomputed rather than kept.
+          extras_t = self.call_cell(flat_t, state_prev, inputs_t, t)[1]
+        extras_t = tf.nest.pack_sequence_as(self.extras_spec, extras_t)
+        dcell_struct = tf.nest.pack_sequence_as(
+            self.state0, [tf.zeros_like(s) if d is None else d
+                          for d, s in zip(dcell, state_prev)])
+        # cell_grad sees values of this step only. In a TF1 graph the state
+        # entering step t is still wired through the forward loop to theta
+        # and the inputs, so a cell_grad that differentiates its recomputed
+        # step with tf.gradients would get total derivatives through every
+        # earlier step instead of the step's partial ones.
+        out = self.cell_grad(*_step_local(
+            (theta_, s_prev, x_t, extras_t, dcell_struct)))
+        g_theta, g_state, g_inputs = (tf.nest.flatten(o) for o in out)
+        g_captured, g_vars = [], []
+    return (_dense(g_theta, flat_t, self.diff_theta),
+            _dense(g_state, state_prev, self.diff_state),
+            _dense(g_inputs, inputs_t, self.diff_inputs),
+            [_to_dense(g, c) for g, c in zip(g_captured, self.captured)],
+            [_to_dense(g, v) for g, v in zip(g_vars, self.variables)])
 
   def run_reverse(self, flat_t, flat_x, start, stop, carry, state_prev_fn,
                   extras_fn, d_rows):
@@ -551,6 +572,15 @@ class _Program:
                    _scatter(self.diff_inputs, dinputs) +
                    list(carry.dcaptured))
     return input_grads, list(carry.dvars)
+
+
+def _step_local(structure):
+  """`structure` cut from the graph that computed it (tf.stop_gradient).
+
+  Non-tensor leaves (None) pass through unchanged.
+  """
+  return tf.nest.map_structure(
+      lambda x: x if x is None else tf.stop_gradient(x), structure)
 
 
 def _scatter(flags, values) -> List[Optional[tf.Tensor]]:

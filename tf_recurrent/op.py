@@ -22,6 +22,7 @@ from tf_recurrent import loops
 from tf_recurrent import probe as probe_lib
 from tf_recurrent import seeds
 from tf_recurrent import structs
+from tf_recurrent import tracing
 
 CellFn = Callable[[Any, Any, Any], Tuple[Any, Any]]
 CellGrad = Callable[[Any, Any, Any, Any, Any], Tuple[Any, Any, Any]]
@@ -79,8 +80,12 @@ def recurrent(theta: Any,
       variables it reads) is unchanged. For randomness use stateless ops
       seeded by `tf_recurrent.step_seed()` (a new seed per call).
     cell_grad: Optional `(theta, state0, inputs_t, extras, dstate1) ->
-      (dtheta, dstate0, dinputs_t)`; None leaves mean zeros. Without it each
-      step is recomputed under a `tf.GradientTape`.
+      (dtheta, dstate0, dinputs_t)`; None leaves mean zeros. Every argument
+      is a value of that step only (cut from the forward loop by
+      `tf.stop_gradient`), so a `cell_grad` that recomputes its step and
+      differentiates it, with a tape or `tf.gradients`, gets the step's
+      partial derivatives in every mode. Without it each step is recomputed
+      under a `tf.GradientTape`.
     extras: Optional structure of tensors shaped like the extras one step of
       `cell_fn` returns; derived by tracing `cell_fn` when None.
     max_input_length: Optional Python int or scalar int tensor: only the first
@@ -221,7 +226,7 @@ def _recurrent(theta, state0, inputs, cell_fn, cell_grad, extras,
   if static_length == 0:
     acc_state, final_state = _no_steps(state0, returned_rows)
   elif (cell_grad is None and static_length == 1 and
-        max_input_length in (None, 1) and sequence_length is None and
+        _is_none_or(max_input_length, 1) and sequence_length is None and
         stop_fn is None):
     acc_state, final_state = _single_step(theta, state0, inputs, cell_fn,
                                           seed, returned_rows)
@@ -229,8 +234,10 @@ def _recurrent(theta, state0, inputs, cell_fn, cell_grad, extras,
     traced = _eager_function(cell_fn, cell_grad, stop_fn, options, step)
     if max_input_length is not None:
       max_input_length = tf.convert_to_tensor(max_input_length, tf.int32)
+    # One trace for every T: the inputs' leading axis is left unknown.
     acc_state, final_state = traced(theta, state0, inputs, extras,
-                                    max_input_length, sequence_length, seed)
+                                    max_input_length, sequence_length, seed,
+                                    unknown=(0, 0, 1, 0, 0, 0, 0))
   else:
     acc_state, final_state = loops.build(
         theta, state0, inputs, cell_fn, cell_grad, stop_fn, step, options,
@@ -240,6 +247,13 @@ def _recurrent(theta, state0, inputs, cell_fn, cell_grad, extras,
   if not time_major:
     acc_state = structs.swap_batch_and_time(acc_state, "acc_state")
   return acc_state, final_state
+
+
+def _is_none_or(value, python_int: int) -> bool:
+  """Whether `value` is None or that Python int; False for a tensor (whose
+  value is known only at run time: `in` or `==` would raise in a graph)."""
+  return value is None or (not isinstance(value, tf.Tensor) and
+                           value == python_int)
 
 
 def _converted_like_caller(fn):
@@ -415,8 +429,8 @@ def _eager_function(cell_fn, cell_grad, stop_fn, options, step):
       return loops.build(theta, state0, inputs, *fns, step, options,
                          max_input_length, sequence_length, seed)
 
-    entry["traced"] = tf.function(run, autograph=False,
-                                  jit_compile=options.use_xla or None)
+    entry["traced"] = tracing.RelaxedFunction(
+        run, autograph=False, jit_compile=options.use_xla or None)
     # Holding the closure keeps the ids in the fingerprint from being reused.
     entry["closure"] = step.closure
     _eager_cache[key] = entry

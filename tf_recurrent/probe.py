@@ -105,6 +105,16 @@ def _check_cell_output(output: Any, state0: Any, extras: Optional[Any]):
   if extras is not None:
     structs.check_leaves_match(extras, step_extras, "extras",
                                "the extras cell_fn returned")
+  not_tensors = [
+      f"{path} is {leaf!r}" for path, leaf in zip(
+          structs.leaf_paths(step_extras, "extras"),
+          tf.nest.flatten(step_extras))
+      if not (hasattr(leaf, "dtype") and hasattr(leaf, "shape"))]
+  if not_tensors:
+    raise ValueError(
+        f"cell_fn returned extras leaves that are not tensors: "
+        f"{'; '.join(not_tensors)}. Return a tensor for every "
+        "extras leaf, or leave the leaf out of the structure.")
   return state1, step_extras
 
 
@@ -198,9 +208,12 @@ def probe_step(cell_fn: Callable[..., Any],
 
   # Every outer float tensor may need a gradient: a tape can watch a graph
   # constant too, and tf.gradients can differentiate with respect to one.
+  # So may a TensorArray's or TensorList's variant read inside the step
+  # (raw_rnn's inputs): its gradient flows back to what was written into it.
   closure = list(traced.captured_inputs)
   captured = [outer for outer in closure if isinstance(outer, tf.Tensor) and
-              structs.is_differentiable(outer.dtype)]
+              (structs.is_differentiable(outer.dtype) or
+               outer.dtype == tf.variant)]
   digest = hashlib.sha256(graph_def.SerializeToString(deterministic=True))
   return StepProbe(
       extras=step_extras,

@@ -21,6 +21,14 @@ run this loop pair instead:
   h_prev is read from the outputs). With `recompute=True` nothing but the
   outputs: the backward pass rebuilds a chunk's gates with two GEMMs over
   the chunk (its projected inputs and `h_prev @ U`), not step by step.
+* Masks (Keras's semantics, any `[T, B]` pattern): a masked step computes
+  its state as usual, then carries the old one (`_carry_where_masked`); its
+  outputs row is the carried h. Backward, a masked step's dz row is zero
+  and the state gradient passes straight through, so the chunk's weight
+  and input gradients need no change (zero rows add nothing). The cells
+  see the mask in one place: an LSTM's c rebuild carries c through masked
+  steps (f = 1, i * g = 0), and its h_prev is read from the outputs, since
+  a carried h is not `o * tanh(c)`. Nothing more is kept per step.
 * The kept rows are written per chunk as one `[CHUNK, B, width]` block of a
   dense buffer, in place (`accumulators.InPlaceBlocks`): a few large
   writes, and a tensor the gradient function may capture (SavedModel cannot
@@ -36,11 +44,13 @@ gradients are summed over the chunks in the weights' own dtype.
 """
 
 import functools
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
 from tf_recurrent import accumulators
+from tf_recurrent import masks
+from tf_recurrent import tracing
 
 Tensor = tf.Tensor
 
@@ -75,8 +85,6 @@ class _Cell:
 
   Attributes:
     gates: Width of the projection in units of H.
-    kept: What the backward pass reads per step: "gates" (a step's
-      activations, 4H wide) and/or "h" (read back from the outputs).
     row_widths: What a step writes, in units of H: h (the outputs) always,
       the gates unless recomputing.
   """
@@ -86,8 +94,16 @@ class _Cell:
 
   def __init__(self, recompute: bool):
     self.recompute = recompute
-    self.kept = ("h",) if recompute else self.kept_with_gates
     self.row_widths = {"h": 1} if recompute else {"h": 1, "gates": 4}
+
+  def kept(self, masked: bool) -> Tuple[str, ...]:
+    """What the backward pass reads per step: "gates" (a step's activations,
+    4H wide) and/or "h" (read back from the outputs; with a mask always,
+    since a masked step carries h instead of computing it)."""
+    if self.recompute:
+      return ("h",)
+    return tuple(sorted(set(self.kept_with_gates) | ({"h"} if masked else
+                                                       set())))
 
   def project(self, w, x_rows):
     return tf.matmul(x_rows, w["kernel"]) + w["bias"]
@@ -98,7 +114,7 @@ class _Lstm(_Cell):
 
   Weights: kernel `[D, 4H]`, recurrent_kernel `[H, 4H]`, bias `[4H]`.
   State: `(h, c)`. c is never kept: a chunk's c is rebuilt from its entry c
-  and the gates (elementwise), and h from o and c.
+  and the gates (elementwise), and, unmasked, h from o and c.
   """
 
   gates = 4
@@ -122,30 +138,38 @@ class _Lstm(_Cell):
     return tf.concat([tf.sigmoid(zi), tf.sigmoid(zf), tf.tanh(zg),
                       tf.sigmoid(zo)], axis=-1)
 
-  def prepare(self, w, kept, entry, x_block):
-    """What the chunk's backward steps and weight GEMMs read, `[K, B, .]`."""
+  def prepare(self, w, kept, entry, x_block, mask_block):
+    """What the chunk's backward steps and weight GEMMs read, `[K, B, .]`.
+
+    mask_block: The chunk's `[K, B]` mask, or None.
+    """
     h_entry, c_entry = entry
+    h_prev = _shift_in(h_entry, kept["h"]) if "h" in kept else None
     if self.recompute:
-      h_prev = _shift_in(h_entry, kept["h"])
       z = (self.project(w, _rows(x_block)) +
            tf.matmul(_rows(h_prev), w["recurrent_kernel"]))
       gates = _blocks(self._activate(z), h_prev)
-      c = self._cell_states(c_entry, gates)
     else:
       gates = kept["gates"]
-      c = self._cell_states(c_entry, gates)
+    c = self._cell_states(c_entry, gates, mask_block)
+    if h_prev is None:
       h_prev = _shift_in(h_entry, tf.split(gates, 4, axis=-1)[3] * tf.tanh(c))
     return {"gates": gates, "c": c, "c_prev": _shift_in(c_entry, c),
             "h_prev": h_prev}
 
-  def _cell_states(self, c_entry, gates):
+  def _cell_states(self, c_entry, gates, mask_block):
     """The chunk's c rows, `c_t = f_t * c_{t-1} + i_t * g_t`, from its entry.
 
+    At a masked step c is carried (f = 1, i * g = 0: exactly c_{t-1}).
     Elementwise only (no GEMM): cheaper to redo per chunk than to keep H
     floats per step.
     """
     i, f, g, _ = tf.split(gates, 4, axis=-1)
-    return tf.scan(lambda c, fu: fu[0] * c + fu[1], (f, i * g),
+    forget, update = f, i * g
+    if mask_block is not None:
+      forget = masks.select(mask_block, forget, tf.ones_like(forget))
+      update = masks.zero_where_off(mask_block, update)
+    return tf.scan(lambda c, fu: fu[0] * c + fu[1], (forget, update),
                    initializer=c_entry)
 
   def grad_step(self, w, prep, j, dstate):
@@ -203,7 +227,8 @@ class _Gru(_Cell):
       rows["gates"] = tf.concat([z, r, hh, rh], axis=-1)
     return (h1,), rows
 
-  def prepare(self, w, kept, entry, x_block):
+  def prepare(self, w, kept, entry, x_block, mask_block):
+    del mask_block  # h_prev is read from the outputs, carried when masked.
     h_prev = _shift_in(entry[0], kept["h"])
     if self.recompute:
       gates = self._gates(w, self.project(w, _rows(x_block)), _rows(h_prev))
@@ -317,8 +342,8 @@ def _compute_weights(weights: Dict[str, Tensor], dtype) -> Dict[str, Tensor]:
   return w
 
 
-def _forward(cell, use_xla, x, state0, weights, chunk):
-  """Runs the chunks forward.
+def _forward(cell, use_xla, x, state0, weights, chunk, mask=None):
+  """Runs the chunks forward (mask: `[T, B]` bool or None).
 
   Returns:
     `(outputs [T, B, H], final state, kept, entries)`: kept holds, for each
@@ -342,11 +367,15 @@ def _forward(cell, use_xla, x, state0, weights, chunk):
                      for a, e, s in zip(entries, entry_handles, state)]
     x_block = grid.inputs(start)
     projected = _blocks(cell.project(w, _rows(x_block)), x_block)
+    mask_block = None if mask is None else grid.chunk_of(mask, start)
 
     def step(j, state, handles):
-      state, out = cell.step(w, state, tf.gather(projected, j))
-      return j + 1, state, [rows[n].write(h, j, out[n])
-                            for n, h in zip(names, handles)]
+      new, out = cell.step(w, state, tf.gather(projected, j))
+      if mask_block is not None:
+        new = _carry_where_masked(tf.gather(mask_block, j), new, state)
+        out = {**out, "h": new[0]}
+      return j + 1, new, [rows[n].write(h, j, out[n])
+                          for n, h in zip(names, handles)]
 
     _, state, handles = tf.while_loop(
         lambda j, *_: j < steps, step,
@@ -363,17 +392,19 @@ def _forward(cell, use_xla, x, state0, weights, chunk):
   handles = dict(zip(names, block_handles))
   outputs = grid.join(blocks["h"], handles["h"])
   # h is read back from the outputs: a kept copy would hold it twice.
-  kept = [blocks[n].stack(handles[n]) for n in cell.kept if n != "h"]
+  kept = [blocks[n].stack(handles[n]) for n in cell.kept(mask is not None)
+          if n != "h"]
   return (outputs, list(final), kept,
           [a.stack(e) for a, e in zip(entries, entry_handles)])
 
 
 def _backward(cell, use_xla, x, weights, outputs, kept, entries, d_outputs,
-              d_final, chunk):
+              d_final, chunk, mask=None):
   """Runs the chunks in reverse; returns `(dx, d state0, d weights)`."""
   grid = _Chunks(x, weights["recurrent_kernel"], use_xla, chunk)
   w = _compute_weights(weights, x.dtype)
-  kept_names = [n for n in cell.kept if n != "h"]
+  kept_by_name = cell.kept(mask is not None)
+  kept_names = [n for n in kept_by_name if n != "h"]
   dz_rows = grid.step_rows(cell.gates)
   dx_blocks = grid.chunk_blocks(None)
   grad_names = sorted(weights)
@@ -384,14 +415,22 @@ def _backward(cell, use_xla, x, weights, outputs, kept, entries, d_outputs,
     # Indexing the leading axis: the TF executor aliases a dense tensor's
     # block instead of copying it.
     chunk_kept = {n: blocks[c] for n, blocks in zip(kept_names, kept)}
-    if "h" in cell.kept:
+    if "h" in kept_by_name:
       chunk_kept["h"] = grid.chunk_of(outputs, start)
-    prep = cell.prepare(w, chunk_kept, [e[c] for e in entries], x_block)
+    mask_block = None if mask is None else grid.chunk_of(mask, start)
+    prep = cell.prepare(w, chunk_kept, [e[c] for e in entries], x_block,
+                        mask_block)
 
     def step(j, dstate, handle):
       dh = dstate[0] + tf.gather(d_outputs, start + j)
-      dstate, dz = cell.grad_step(w, prep, j, (dh,) + tuple(dstate[1:]))
-      return j - 1, dstate, dz_rows.write(handle, j, dz)
+      d_leaving = (dh,) + tuple(dstate[1:])
+      d_entering, dz = cell.grad_step(w, prep, j, d_leaving)
+      if mask_block is not None:
+        running = tf.gather(mask_block, j)
+        # A masked step carried its state: its gradient passes through.
+        d_entering = _carry_where_masked(running, d_entering, d_leaving)
+        dz = masks.zero_where_off(running, dz)
+      return j - 1, d_entering, dz_rows.write(handle, j, dz)
 
     _, dstate, handle = tf.while_loop(
         lambda j, *_: j >= 0, step, (steps - 1, dstate, dz_rows.empty()))
@@ -411,17 +450,39 @@ def _backward(cell, use_xla, x, weights, outputs, kept, entries, d_outputs,
           dict(zip(grad_names, grads)))
 
 
+def _carry_where_masked(running: Tensor, computed, carried):
+  """Per example, the step's `computed` state leaves (or their gradients)
+  where `running` (`[B]` bool), else the `carried` ones: Keras's masked
+  step, forward and backward."""
+  return tuple(masks.select_structure(running, tuple(computed),
+                                      tuple(carried)))
+
+
+# Per argument of `_forward` and `_backward`, the leading dimensions an eager
+# call leaves unknown in its trace: every shape but its last dimension (time,
+# batch, chunks), except the weights' (H must stay static) and the Python
+# chunk length; a `[T, B]` mask entirely.
+_FORWARD_UNKNOWN = (-1, -1, 0, 0, 2)  # x, state0, weights, chunk, mask
+_BACKWARD_UNKNOWN = (-1, 0, -1, -1, -1, -1, -1, 0, 2)  # x, weights, outputs,
+# kept, entries, d_outputs, d_final, chunk, mask
+
+
 @functools.lru_cache(maxsize=None)
 def _eager_functions(kind: str, recompute: bool):
-  """The loops as tf.functions, for calls made eagerly (one trace per shape)."""
+  """The loops as tf.functions, for calls made eagerly: one trace for every
+  length and batch size."""
   cell = _CELLS[kind](recompute)
-  return (tf.function(functools.partial(_forward, cell, False)),
-          tf.function(functools.partial(_backward, cell, False)))
+  return tuple(
+      functools.partial(tracing.RelaxedFunction(
+          functools.partial(fn, cell, False), autograph=False),
+                        unknown=unknown)
+      for fn, unknown in ((_forward, _FORWARD_UNKNOWN),
+                          (_backward, _BACKWARD_UNKNOWN)))
 
 
 def run(kind: str, x: Tensor, state0: Sequence[Tensor],
-        weights: Dict[str, Tensor], recompute: bool = False
-        ) -> Tuple[Tensor, List[Tensor]]:
+        weights: Dict[str, Tensor], recompute: bool = False,
+        mask: Optional[Tensor] = None) -> Tuple[Tensor, List[Tensor]]:
   """Runs a built-in LSTM or GRU over time-major inputs, with its gradient.
 
   Args:
@@ -433,6 +494,10 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
       `recurrent_bias`), in their variable dtype.
     recompute: Keep only the states per step and rebuild each chunk's gates
       in the backward pass.
+    mask: Optional `[T, B]` bool (time-major). Where False, the step carries
+      the state (h and c) through unchanged and its inputs get no
+      gradient, Keras's mask semantics; its outputs row is the carried h
+      (the layers turn that into Keras's emitted output).
 
   Returns:
     `(outputs [T, B, H], final state list)`.
@@ -449,6 +514,8 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
   # Read variables here, outside the custom gradient: their gradient then
   # reaches them through the read.
   weights = {k: tf.convert_to_tensor(v) for k, v in weights.items()}
+  if mask is not None:
+    mask = tf.cast(mask, tf.bool)
   names = sorted(weights)
   n_state = len(state0)
   chunk = CHUNK
@@ -471,7 +538,7 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
     # (unneeded, and for in-place writes undefined) gradient.
     cut = functools.partial(tf.nest.map_structure, tf.stop_gradient)
     outputs, final, kept, entries = forward_fn(cut(x), cut(state), cut(w),
-                                               chunk)
+                                               chunk, mask)
 
     def grad_fn(d_outputs, *d_final):
       d_outputs = (tf.zeros_like(outputs) if d_outputs is None
@@ -479,7 +546,7 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
       d_final = [tf.zeros_like(s) if d is None else tf.cast(d, s.dtype)
                  for s, d in zip(final, d_final)]
       dx, dstate0, dw = backward_fn(x, w, outputs, kept, entries, d_outputs,
-                                    d_final, chunk)
+                                    d_final, chunk, mask)
       return [dx] + dstate0 + [dw[k] for k in names]
 
     return [outputs] + final, grad_fn

@@ -1,0 +1,213 @@
+r"""Layer configurations against the Keras layer with the same configuration.
+
+Each configuration (a masked LSTM, a masked GRU, ...) is run as
+`tf_recurrent.<Layer>` and as `keras.layers.<Layer>` with the same options,
+inputs and mask, one full training step each (forward over T steps, a loss
+over every step's output, the gradients of all weights). Reported:
+
+* time: per (configuration, mode, T) both layers are warmed up, then timed
+  interleaved (ours, Keras, Keras, ours, ...) for --repeats rounds each; the
+  median per layer, in microseconds per time step, and the ratio Keras /
+  ours (above 1: ours is faster), both from the same run;
+* memory: the peak RSS of one training step at two lengths, each in its own
+  process; the slope between them is the memory per extra time step, also
+  as a multiple of the state's bytes per step (LSTM: h and c, 2 * B * H * 4;
+  GRU: h, B * H * 4).
+
+Masks are right padded: the lengths run evenly from T/2 to T over the batch.
+
+Usage:
+
+    python -m benchmarks.bench_configs                  # full run
+    python -m benchmarks.bench_configs --lengths=6 --batch=2 --input=3 \
+        --hidden=4 --memory_hidden=4 --memory_lengths=6,12 --out_dir=/tmp/c
+
+Writes CONFIGS.md and configs.json into --out_dir.
+"""
+
+import json
+import os
+import statistics
+import time
+from typing import Callable, Dict, List, Optional
+
+from absl import app
+from absl import flags
+
+from benchmarks.common import environment
+from benchmarks.common import peak_rss_bytes
+from benchmarks.common import peak_rss_of_children
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("lengths", ["250", "1000"], "Sequence lengths timed.")
+flags.DEFINE_integer("batch", 32, "Batch size B.")
+flags.DEFINE_integer("input", 128, "Input features D.")
+flags.DEFINE_integer("hidden", 256, "Units H for the time benchmark.")
+flags.DEFINE_integer("memory_hidden", 512, "Units H for memory.")
+flags.DEFINE_list("memory_lengths", ["250", "1250"], "Two lengths for memory.")
+flags.DEFINE_integer("repeats", 3, "Timed rounds per layer (median kept).")
+flags.DEFINE_list("only", [], "Run only these configurations.")
+flags.DEFINE_list("modes", ["tf", "xla"], "tf (no XLA) and/or xla.")
+flags.DEFINE_bool("memory", True, "Measure the memory slopes.")
+flags.DEFINE_string("out_dir", os.path.dirname(os.path.abspath(__file__)),
+                    "Where to write the results.")
+flags.DEFINE_string("memory_child", "", "Internal: measure one case and exit.")
+
+# name: (layer class name, layer options, masked).
+CONFIGS = {
+    "LSTM plain": ("LSTM", {}, False),
+    "LSTM masked": ("LSTM", {}, True),
+    "GRU plain": ("GRU", {}, False),
+    "GRU masked": ("GRU", {}, True),
+}
+IMPLS = ("ours", "keras")
+
+
+def right_padded_mask(B: int, T: int):
+  """`[B, T]` bool: example b runs for a length between T/2 and T."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  lengths = np.linspace(max(1, T // 2), T, B).round().astype(int)
+  return np.arange(T)[None, :] < lengths[:, None]
+
+
+def build_step(config: str, impl: str, T: int, B: int, D: int, H: int,
+               jit: bool) -> Callable[[], object]:
+  """A zero-argument callable running one training step."""
+  import keras  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tf_recurrent  # pylint: disable=g-import-not-at-top
+
+  layer_name, options, masked = CONFIGS[config]
+  if impl == "ours":
+    layer = getattr(tf_recurrent, layer_name)(H, return_sequences=True,
+                                               **options)
+  else:
+    layer = getattr(keras.layers, layer_name)(H, return_sequences=True,
+                                              use_cudnn=False, **options)
+  layer.build((B, T, D))
+  x = tf.random.Generator.from_seed(0).normal([B, T, D])
+  mask = tf.constant(right_padded_mask(B, T)) if masked else None
+  weights = layer.trainable_weights
+
+  @tf.function(jit_compile=jit)
+  def step():
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_mean(tf.square(layer(x, mask=mask, training=True)))
+    return tape.gradient(loss, weights)
+
+  return lambda: [g.numpy() for g in step()]
+
+
+def time_pair(config: str, jit: bool, T: int) -> Dict[str, float]:
+  """Median microseconds per time step of each layer, timed interleaved."""
+  steps = {impl: build_step(config, impl, T, FLAGS.batch, FLAGS.input,
+                            FLAGS.hidden, jit) for impl in IMPLS}
+  for step in steps.values():
+    step()  # Trace and compile.
+  seconds = {impl: [] for impl in IMPLS}
+  for r in range(FLAGS.repeats):
+    for impl in (IMPLS if r % 2 == 0 else IMPLS[::-1]):
+      start = time.perf_counter()
+      steps[impl]()
+      seconds[impl].append(time.perf_counter() - start)
+  return {impl: statistics.median(s) / T * 1e6 for impl, s in seconds.items()}
+
+
+def memory_child(spec: str) -> None:
+  """Runs one training step and prints the process's peak RSS in bytes."""
+  config, impl, jit, T = spec.split("|")
+  step = build_step(config, impl, int(T), FLAGS.batch, FLAGS.input,
+                    FLAGS.memory_hidden, jit == "1")
+  step()
+  print(f"PEAK_RSS {peak_rss_bytes()}")
+
+
+def memory_slope(config: str, impl: str, jit: bool) -> Optional[float]:
+  """Bytes per extra time step, or None if a child failed."""
+  lengths = [int(t) for t in FLAGS.memory_lengths]
+  peaks = peak_rss_of_children("benchmarks.bench_configs", [
+      [f"--memory_child={config}|{impl}|{int(jit)}|{T}",
+       f"--batch={FLAGS.batch}", f"--input={FLAGS.input}",
+       f"--memory_hidden={FLAGS.memory_hidden}"] for T in lengths])
+  if None in peaks:
+    return None
+  return (peaks[1] - peaks[0]) / (lengths[1] - lengths[0])
+
+
+def state_bytes(config: str) -> int:
+  leaves = 2 if CONFIGS[config][0] == "LSTM" else 1
+  return leaves * FLAGS.batch * FLAGS.memory_hidden * 4
+
+
+def report(results: Dict) -> str:
+  """The markdown table of one run."""
+  env = results["environment"]
+  lengths = results["lengths"]
+  lines = [
+      "# Layer configurations against Keras",
+      "",
+      f"{env['cpu']}, TensorFlow {env['tensorflow']}, B={FLAGS.batch} "
+      f"D={FLAGS.input} H={FLAGS.hidden}; memory at H={FLAGS.memory_hidden}, "
+      f"T={'/'.join(FLAGS.memory_lengths)}. Training step, medians of "
+      f"{FLAGS.repeats} interleaved rounds; ratio = Keras time / ours "
+      "(above 1: ours is faster); memory slope in multiples of the state.",
+      "",
+      "| configuration | mode | " + " | ".join(
+          f"T={T} ours us/step | T={T} Keras | T={T} ratio" for T in lengths)
+      + " | memory ours / Keras |",
+      "|---|---|" + "---|" * (3 * len(lengths) + 1),
+  ]
+  for row in results["rows"]:
+    cells = []
+    for T in lengths:
+      t = row["us_per_step"][str(T)]
+      cells += [f"{t['ours']:.1f}", f"{t['keras']:.1f}",
+                f"{t['keras'] / t['ours']:.2f}x"]
+    memory = row.get("memory_vs_state") or {}
+    cells.append(" / ".join("-" if memory.get(i) is None else
+                            f"{memory[i]:.2f}" for i in IMPLS))
+    lines.append(f"| {row['config']} | {'XLA' if row['xla'] else 'no XLA'} | "
+                 + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def main(argv):
+  del argv
+  if FLAGS.memory_child:
+    memory_child(FLAGS.memory_child)
+    return
+  unknown = set(FLAGS.only) - set(CONFIGS)
+  if unknown:
+    raise app.UsageError(f"--only: unknown {sorted(unknown)}; the "
+                         f"configurations are {list(CONFIGS)}.")
+  configs = [c for c in CONFIGS if not FLAGS.only or c in FLAGS.only]
+  lengths = [int(t) for t in FLAGS.lengths]
+  results = {"environment": environment(), "lengths": lengths, "rows": []}
+  for config in configs:
+    for jit in [m == "xla" for m in FLAGS.modes]:
+      row = {"config": config, "xla": jit, "us_per_step": {}}
+      for T in lengths:
+        times = time_pair(config, jit, T)
+        row["us_per_step"][str(T)] = times
+        print(f"  {config:20s} {'xla' if jit else 'tf ':3s} T={T:5d} "
+              f"ours {times['ours']:9.1f} keras {times['keras']:9.1f} us/step "
+              f"({times['keras'] / times['ours']:.2f}x)", flush=True)
+      if FLAGS.memory:
+        row["memory_vs_state"] = {}
+        for impl in IMPLS:
+          slope = memory_slope(config, impl, jit)
+          row["memory_vs_state"][impl] = (
+              None if slope is None else slope / state_bytes(config))
+        print(f"  {config:20s} {'xla' if jit else 'tf ':3s} memory "
+              f"{row['memory_vs_state']}", flush=True)
+      results["rows"].append(row)
+  os.makedirs(FLAGS.out_dir, exist_ok=True)
+  with open(os.path.join(FLAGS.out_dir, "configs.json"), "w") as f:
+    json.dump(results, f, indent=1)
+  with open(os.path.join(FLAGS.out_dir, "CONFIGS.md"), "w") as f:
+    f.write(report(results))
+  print(report(results))
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,329 @@
+"""TFLite conversion of the Keras layers (tf_recurrent/tflite.py): builtin
+ops only, plain LSTMs as the fused UNIDIRECTIONAL_SEQUENCE_LSTM, int8."""
+
+import contextlib
+import io
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_recurrent
+from tf_recurrent import tflite
+
+# Every test converts: skipped where the converter cannot convert any Keras
+# model (TensorFlow 2.16.1 with Keras 3.5.0, the dependency floor).
+pytestmark = pytest.mark.usefixtures("tflite_converter")
+
+B, T, D, H = 2, 5, 3, 4
+FUSED = "UNIDIRECTIONAL_SEQUENCE_LSTM"
+
+
+def convert(converter) -> bytes:
+  with contextlib.redirect_stdout(io.StringIO()):  # Keras's export log.
+    return converter.convert()
+
+
+def interpret(flatbuffer: bytes, inputs):
+  """The model's outputs (in order) on `inputs` (a list, in input order)."""
+  interpreter = tf.lite.Interpreter(model_content=flatbuffer)
+  if not interpreter.get_signature_list():  # from_concrete_functions
+    interpreter.allocate_tensors()
+    for detail, value in zip(interpreter.get_input_details(), inputs):
+      interpreter.set_tensor(detail["index"], value)
+    interpreter.invoke()
+    return [interpreter.get_tensor(d["index"])
+            for d in interpreter.get_output_details()]
+  runner = interpreter.get_signature_runner()
+  names = list(runner.get_input_details())
+  assert len(names) == len(inputs)
+  outputs = runner(**dict(zip(names, inputs)))
+  return [outputs[k] for k in sorted(outputs, key=lambda k: int(k.split("_")[-1]))]
+
+
+class MinimalCell(keras.layers.Layer):
+  """A user's cell: h = tanh(x W) + h U (the Keras RNN guide's example)."""
+
+  def __init__(self, units, **kwargs):
+    super().__init__(**kwargs)
+    self.units = units
+    self.state_size = units
+
+  def build(self, input_shape):
+    self.w = self.add_weight(shape=(input_shape[-1], self.units))
+    self.u = self.add_weight(shape=(self.units, self.units))
+
+  def call(self, inputs, states):
+    h = tf.tanh(inputs @ self.w) + states[0] @ self.u * 0.5
+    return h, [h]
+
+
+def sequential(*layers, shape=(T, D), batch=B):
+  return lambda: keras.Sequential([keras.Input(shape, batch_size=batch)] +
+                                  [l() for l in layers])
+
+
+def lstm(**kwargs):
+  return lambda: tf_recurrent.LSTM(H, **kwargs)
+
+
+def masked_inputs(x):
+  x = x.copy()
+  x[0, 3:] = 0.0  # Masking() drops the last two steps of example 0.
+  x[1, :1] = 0.0  # and the first step of example 1.
+  return x
+
+
+def return_state_model():
+  inputs = keras.Input((T, D), batch_size=B)
+  outputs = tf_recurrent.LSTM(H, return_state=True)(inputs)
+  return keras.Model(inputs, list(outputs))
+
+
+def initial_state_model():
+  inputs = [keras.Input((T, D), batch_size=B), keras.Input((H,), batch_size=B),
+            keras.Input((H + 1,), batch_size=B)]
+  h0 = keras.layers.Dense(H)(inputs[2])  # c0 is inputs[1]: one shape each.
+  outputs = tf_recurrent.LSTM(H, return_sequences=True)(
+      inputs[0], initial_state=[h0, inputs[1]])
+  return keras.Model(inputs, outputs)
+
+
+# name: (model builder, number of fused LSTM ops; 0: a WHILE loop instead).
+CASES = {
+    "lstm_sequences": (sequential(lstm(return_sequences=True)), 1),
+    "lstm_last": (sequential(lstm()), 1),
+    "lstm_go_backwards": (sequential(lstm(return_sequences=True,
+                                          go_backwards=True)), 1),
+    "lstm_go_backwards_last": (sequential(lstm(go_backwards=True)), 1),
+    "lstm_stacked": (sequential(lstm(return_sequences=True),
+                                lambda: tf_recurrent.LSTM(H + 1)), 2),
+    "lstm_no_bias": (sequential(lstm(use_bias=False, return_sequences=True)),
+                     1),
+    "lstm_dynamic_time": (sequential(lstm(return_sequences=True),
+                                     shape=(None, D)), 1),
+    "lstm_initial_state": (initial_state_model, 1),
+    "bidirectional_lstm": (sequential(lambda: keras.layers.Bidirectional(
+        tf_recurrent.LSTM(H, return_sequences=True))), 2),
+    "bidirectional_lstm_sum": (sequential(lambda: keras.layers.Bidirectional(
+        tf_recurrent.LSTM(H), merge_mode="sum")), 2),
+    "lstm_relu": (sequential(lstm(activation="relu", return_sequences=True)),
+                  0),
+    "lstm_masked": (sequential(keras.layers.Masking,
+                               lstm(return_sequences=True)), 0),
+    "lstm_return_state": (return_state_model, 0),
+    "lstm_recurrent_dropout": (sequential(lstm(recurrent_dropout=0.3,
+                                               return_sequences=True)), 0),
+    "gru": (sequential(lambda: tf_recurrent.GRU(H, return_sequences=True)), 0),
+    "gru_reset_before_backwards": (sequential(lambda: tf_recurrent.GRU(
+        H, reset_after=False, go_backwards=True)), 0),
+    "gru_dynamic_time": (sequential(lambda: tf_recurrent.GRU(H),
+                                    shape=(None, D)), 0),
+    "gru_masked": (sequential(keras.layers.Masking, lambda: tf_recurrent.GRU(
+        H, return_sequences=True, zero_output_for_mask=True)), 0),
+    "simple_rnn": (sequential(lambda: tf_recurrent.SimpleRNN(H)), 0),
+    "rnn_user_cell": (sequential(lambda: tf_recurrent.RNN(
+        MinimalCell(H), return_sequences=True)), 0),
+    "rnn_stacked_cells": (sequential(lambda: tf_recurrent.RNN(
+        keras.layers.StackedRNNCells([keras.layers.LSTMCell(H),
+                                      keras.layers.GRUCell(H + 1)]),
+        return_sequences=True)), 0),
+    "bidirectional_gru": (sequential(lambda: keras.layers.Bidirectional(
+        tf_recurrent.GRU(H, return_sequences=True))), 0),
+    "conv_lstm_2d": (sequential(lambda: tf_recurrent.ConvLSTM2D(
+        2, 3, padding="same", return_sequences=True), shape=(3, 5, 5, 2),
+                                batch=1), 0),
+}
+
+
+def case_inputs(name, model, steps=None):
+  rng = np.random.default_rng(len(name))
+  values = []
+  for spec in model.inputs:
+    shape = [steps if d is None else d for d in spec.shape]
+    values.append(rng.normal(size=shape).astype(np.float32))
+  if "masked" in name:
+    values[0] = masked_inputs(values[0])
+  return values
+
+
+@pytest.fixture(scope="module")
+def converted():
+  """Every case built and converted once, with from_keras_model."""
+  result = {}
+  for name, (build, _) in CASES.items():
+    keras.utils.set_random_seed(len(name))
+    model = build()
+    result[name] = (model, convert(
+        tf.lite.TFLiteConverter.from_keras_model(model)))
+  return result
+
+
+def assert_ops(flatbuffer, fused):
+  names = tflite.op_names(flatbuffer)
+  assert not [n for n in names if n.startswith("Flex")], names
+  assert names.count(FUSED) == fused, names
+  if fused:
+    assert "WHILE" not in names, names
+  else:
+    assert "WHILE" in names, names
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_converts_with_builtin_ops_and_matches_keras(converted, name):
+  model, flatbuffer = converted[name]
+  assert_ops(flatbuffer, CASES[name][1])
+  for steps in ([T, 2 * T + 1, 1] if "dynamic" in name else [None]):
+    inputs = case_inputs(name, model, steps)
+    expected = model(inputs if len(inputs) > 1 else inputs[0])
+    expected = [np.asarray(e) for e in tf.nest.flatten(expected)]
+    got = interpret(flatbuffer, inputs)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+      np.testing.assert_allclose(g, e, rtol=0, atol=1e-5)
+
+
+def test_saved_model_from_model_export_fuses(tmp_path):
+  keras.utils.set_random_seed(1)
+  model = sequential(lstm(return_sequences=True), lambda: keras.layers.Dense(2),
+                     shape=(None, D))()
+  # A fixed batch size: TFLite lowers loops only with static row shapes.
+  with contextlib.redirect_stdout(io.StringIO()):
+    model.export(str(tmp_path), input_signature=[
+        tf.TensorSpec([1, None, D], tf.float32)])
+  flatbuffer = convert(tf.lite.TFLiteConverter.from_saved_model(
+      str(tmp_path)))
+  assert_ops(flatbuffer, 1)
+  x = np.random.default_rng(0).normal(size=[1, 7, D]).astype(np.float32)
+  np.testing.assert_allclose(interpret(flatbuffer, [x])[0], model(x),
+                             rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("layer", ["lstm", "gru"])
+def test_concrete_function_converts_to_a_loop(layer):
+  keras.utils.set_random_seed(2)
+  model = sequential(lambda: {"lstm": tf_recurrent.LSTM,
+                              "gru": tf_recurrent.GRU}[layer](H))()
+  function = tf.function(lambda x: model(x)).get_concrete_function(
+      tf.TensorSpec([B, T, D], tf.float32))
+  # Freezing a concrete function inlines every call, the LSTM's too: a loop.
+  flatbuffer = convert(tf.lite.TFLiteConverter.from_concrete_functions(
+      [function]))
+  assert_ops(flatbuffer, 0)
+  x = np.random.default_rng(0).normal(size=[B, T, D]).astype(np.float32)
+  np.testing.assert_allclose(interpret(flatbuffer, [x])[0], model(x),
+                             rtol=0, atol=1e-5)
+
+
+def test_stateful_lstm_carries_its_state_between_calls():
+  keras.utils.set_random_seed(6)
+  model = sequential(lstm(stateful=True, return_sequences=True))()
+  flatbuffer = convert(tf.lite.TFLiteConverter.from_keras_model(model))
+  assert_ops(flatbuffer, 0)  # The state is read and written: a loop.
+  runner = tf.lite.Interpreter(model_content=flatbuffer).get_signature_runner()
+  (name,) = runner.get_input_details()
+  for seed in range(2):  # The second call starts from the first's state.
+    x = np.random.default_rng(seed).normal(size=[B, T, D]).astype(np.float32)
+    (got,) = runner(**{name: x}).values()
+    np.testing.assert_allclose(got, model(x), rtol=0, atol=1e-5)
+
+
+def test_dynamic_batch_fails_at_conversion():
+  model = sequential(lambda: tf_recurrent.GRU(H), batch=None)()
+  with pytest.raises(Exception, match="(?i)tensor ?list"):
+    convert(tf.lite.TFLiteConverter.from_keras_model(model))
+
+
+def implements(concrete_function):
+  """The api_implements names of the functions a traced graph calls."""
+  library = concrete_function.graph.as_graph_def().library.function
+  return [f.attr["api_implements"].s.decode() for f in library
+          if "api_implements" in f.attr]
+
+
+def test_only_graphs_nothing_differentiates_take_the_inference_path():
+  keras.utils.set_random_seed(3)
+  model = sequential(lstm(return_sequences=True))()
+  spec = tf.TensorSpec([B, T, D], tf.float32)
+  inference = tf.function(lambda x: model(x)).get_concrete_function(spec)
+  assert [n[:5] for n in implements(inference)] == ["lstm_"]
+  training = tf.function(lambda x: model(x, training=True)
+                         ).get_concrete_function(spec)
+  assert implements(training) == []
+
+  def under_tape(x):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      y = model(x)  # training unset, but a gradient is asked for.
+    return tape.gradient(y, x)
+  assert implements(tf.function(under_tape).get_concrete_function(spec)) == []
+
+
+@pytest.mark.parametrize("name", ["lstm_go_backwards", "gru_masked",
+                                  "rnn_stacked_cells"])
+def test_inference_graph_computes_what_the_training_loop_does(name):
+  keras.utils.set_random_seed(4)
+  model = CASES[name][0]()
+  x = case_inputs(name, model)[0]
+  eager = model(x)  # Eager: tf_recurrent's own loop.
+  graph = tf.function(lambda x: model(x))(tf.constant(x))
+  np.testing.assert_allclose(graph, eager, rtol=0, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def quantized():
+  """A one-layer LSTM big enough to quantize, converted three ways."""
+  keras.utils.set_random_seed(5)
+  model = keras.Sequential([keras.Input((8, 16), batch_size=1),
+                            tf_recurrent.LSTM(64, return_sequences=True),
+                            keras.layers.Dense(4)])
+  data = np.random.default_rng(0).normal(size=[48, 1, 8, 16]).astype(
+      np.float32)
+  models = {"float": convert(tf.lite.TFLiteConverter.from_keras_model(model))}
+  converter = tf.lite.TFLiteConverter.from_keras_model(model)
+  converter.optimizations = [tf.lite.Optimize.DEFAULT]
+  models["dynamic_range"] = convert(converter)
+  converter = tf.lite.TFLiteConverter.from_keras_model(model)
+  converter.optimizations = [tf.lite.Optimize.DEFAULT]
+  converter.representative_dataset = lambda: ([x] for x in data[:32])
+  converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+  converter.inference_input_type = tf.int8
+  converter.inference_output_type = tf.int8
+  models["int8"] = convert(converter)
+  held_out = data[32:]
+  expected = np.stack([model(x) for x in held_out])
+  return models, held_out, expected
+
+
+def run_quantized(flatbuffer, x):
+  interpreter = tf.lite.Interpreter(model_content=flatbuffer)
+  interpreter.allocate_tensors()
+  inp, out = interpreter.get_input_details()[0], interpreter.get_output_details()[0]
+  if inp["dtype"] == np.int8:
+    scale, zero = inp["quantization"]
+    x = np.clip(np.round(x / scale + zero), -128, 127).astype(np.int8)
+  interpreter.set_tensor(inp["index"], x)
+  interpreter.invoke()
+  y = interpreter.get_tensor(out["index"])
+  if out["dtype"] == np.int8:
+    scale, zero = out["quantization"]
+    y = (y.astype(np.float32) - zero) * scale
+  return y
+
+
+# Measured (TF 2.21): the largest output error over 16 held-out inputs,
+# relative to the largest float output (0.48): dynamic range 0.0062, int8
+# 0.0155; both models 3.4x smaller than float. The bounds leave 2.5-3x
+# headroom.
+@pytest.mark.parametrize("kind,bound", [("dynamic_range", 0.02),
+                                        ("int8", 0.04)])
+def test_quantized_lstm_stays_fused_and_close(quantized, kind, bound):
+  models, held_out, expected = quantized
+  flatbuffer = models[kind]
+  assert_ops(flatbuffer, 1)
+  got = np.stack([run_quantized(flatbuffer, x) for x in held_out])
+  error = np.abs(got - expected).max() / np.abs(expected).max()
+  assert error <= bound, error
+  assert len(flatbuffer) * 3 <= len(models["float"]), (
+      len(flatbuffer), len(models["float"]))

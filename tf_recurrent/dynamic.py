@@ -1,0 +1,599 @@
+"""TF1's functional RNNs on the op: `dynamic_rnn`, `bidirectional_dynamic_rnn`,
+`raw_rnn`.
+
+The signatures, return values and semantics of `tf.compat.v1.nn`'s functions
+of the same names, for Keras 3 cells (`keras.layers.LSTMCell`, `GRUCell`,
+`SimpleRNNCell`, `StackedRNNCells`, a user's layer with `state_size` and
+`call`) and for objects following the RNNCell protocol (`state_size`,
+`output_size`, `__call__(inputs, state) -> (output, new_state)`, and
+`zero_state` or `get_initial_state`; tf_keras's legacy cells are such
+objects). Their backward pass keeps only the per-step states:
+
+* a plain `keras.layers.LSTMCell` / `GRUCell` / `SimpleRNNCell` (the options
+  `tf_recurrent.LSTM` / `GRU` / `SimpleRNN` run with a built-in step) runs
+  on the layers' own loop (`layers.py`, `sequence.py`);
+* any other cell runs on `tf_recurrent.recurrent`, the cell recomputed step
+  by step in the backward pass, its variables getting gradients through the
+  op's captured-variable support.
+
+`parallel_iterations` and `swap_memory` are accepted for compatibility; the
+op's loops run one step at a time and keep the per-step states in memory.
+"""
+
+from typing import Any, Callable, Optional, Tuple
+
+import keras
+import tensorflow as tf
+
+from tf_recurrent import accumulators
+from tf_recurrent import bidirectional as bidirectional_lib
+from tf_recurrent import layers
+from tf_recurrent import lengths as lengths_lib
+from tf_recurrent import masks
+from tf_recurrent import op
+from tf_recurrent import structs
+
+LoopFn = Callable[[tf.Tensor, Any, Any, Any], Tuple[Any, Any, Any, Any, Any]]
+
+
+def dynamic_rnn(cell: Any,
+                inputs: Any,
+                sequence_length: Any = None,
+                initial_state: Any = None,
+                dtype: Optional[tf.DType] = None,
+                parallel_iterations: Optional[int] = None,
+                swap_memory: bool = False,
+                time_major: bool = False,
+                scope: Any = None) -> Tuple[Any, Any]:
+  """`tf.compat.v1.nn.dynamic_rnn`, whose backward pass keeps only the states.
+
+  Runs `output, state = cell(inputs[:, t], state)` for every step t. Past
+  `sequence_length[b]` example b's state is copied through and its outputs
+  are zeros.
+
+  Args:
+    cell: A Keras 3 cell or an object following the RNNCell protocol.
+    inputs: A `[batch, time, ...]` tensor (`[time, batch, ...]` when
+      `time_major`), or a nested structure of such tensors sharing the batch
+      and time dimensions; the cell gets one step of the structure.
+    sequence_length: Optional `[batch]` int32/int64 lengths.
+    initial_state: Optional initial state, a structure like
+      `cell.state_size` of `[batch, size]` tensors (a tensor when
+      `state_size` is an int).
+    dtype: The dtype of the initial state and the outputs; required when
+      `initial_state` is not given.
+    parallel_iterations: Accepted for compatibility; steps run one by one.
+    swap_memory: Accepted for compatibility; the per-step states stay where
+      they are computed.
+    time_major: Whether `inputs` and the outputs are `[time, batch, ...]`.
+    scope: Variable scope (name or `tf.compat.v1.VariableScope`) in which the
+      cell's variables are created; defaults to "rnn".
+
+  Returns:
+    `(outputs, state)`: `outputs` shaped by `cell.output_size` with leading
+    `[batch, time]` (`[time, batch]` when `time_major`), nested where
+    `output_size` is; `state` the final state, structured like
+    `cell.state_size`.
+
+  Raises:
+    TypeError: If `cell` is not a cell.
+    ValueError: If `inputs` is None or empty or of rank < 2, if
+      `sequence_length` is not a `[batch]` vector, if `initial_state` does
+      not match `cell.state_size`, or if `dtype` is missing without an
+      `initial_state`.
+
+  Example:
+
+  >>> import keras
+  >>> import tf_recurrent
+  >>> cell = keras.layers.LSTMCell(4)
+  >>> outputs, (h, c) = tf_recurrent.dynamic_rnn(
+  ...     cell, tf.ones([2, 5, 3]), sequence_length=[5, 2], dtype=tf.float32)
+  >>> outputs.shape, h.shape
+  (TensorShape([2, 5, 4]), TensorShape([2, 4]))
+  >>> float(tf.reduce_max(tf.abs(outputs[1, 2:])))
+  0.0
+  """
+  del parallel_iterations, swap_memory
+  _check_cell(cell, "cell")
+  inputs = _check_inputs(inputs)
+  with _variable_scope(scope, "rnn"):
+    if not time_major:
+      inputs = structs.swap_batch_and_time(inputs, "inputs")
+    outputs, state = _dynamic(cell, inputs, sequence_length, initial_state,
+                              dtype, "initial_state")
+  if not time_major:
+    outputs = structs.swap_batch_and_time(outputs, "outputs")
+  return outputs, state
+
+
+def bidirectional_dynamic_rnn(
+    cell_fw: Any,
+    cell_bw: Any,
+    inputs: Any,
+    sequence_length: Any = None,
+    initial_state_fw: Any = None,
+    initial_state_bw: Any = None,
+    dtype: Optional[tf.DType] = None,
+    parallel_iterations: Optional[int] = None,
+    swap_memory: bool = False,
+    time_major: bool = False,
+    scope: Any = None) -> Tuple[Tuple[Any, Any], Tuple[Any, Any]]:
+  """`tf.compat.v1.nn.bidirectional_dynamic_rnn` on the op.
+
+  The backward direction reads each example's first `sequence_length[b]`
+  steps in reverse (as `tf.reverse_sequence` does); its outputs are
+  reversed back, so step t of both outputs belongs to input step t.
+
+  Args:
+    cell_fw: The forward direction's cell.
+    cell_bw: The backward direction's cell.
+    inputs: As for `dynamic_rnn`.
+    sequence_length: Optional `[batch]` lengths.
+    initial_state_fw: Optional initial state of the forward direction.
+    initial_state_bw: Optional initial state of the backward direction.
+    dtype: Required when either initial state is not given.
+    parallel_iterations: Accepted for compatibility.
+    swap_memory: Accepted for compatibility.
+    time_major: Whether `inputs` and outputs are `[time, batch, ...]`.
+    scope: Variable scope; defaults to "bidirectional_rnn", with the
+      directions in its "fw" and "bw" sub-scopes.
+
+  Returns:
+    `((output_fw, output_bw), (output_state_fw, output_state_bw))`.
+
+  Raises:
+    TypeError: If `cell_fw` or `cell_bw` is not a cell.
+    ValueError: As `dynamic_rnn` does.
+
+  Example:
+
+  >>> import keras
+  >>> import tf_recurrent
+  >>> (fw, bw), _ = tf_recurrent.bidirectional_dynamic_rnn(
+  ...     keras.layers.GRUCell(4), keras.layers.GRUCell(2),
+  ...     tf.ones([3, 6, 5]), sequence_length=[6, 3, 0], dtype=tf.float32)
+  >>> tf.concat([fw, bw], 2).shape
+  TensorShape([3, 6, 6])
+  """
+  del parallel_iterations, swap_memory
+  _check_cell(cell_fw, "cell_fw")
+  _check_cell(cell_bw, "cell_bw")
+  inputs = _check_inputs(inputs)
+  with _variable_scope(scope, "bidirectional_rnn"):
+    if not time_major:
+      inputs = structs.swap_batch_and_time(inputs, "inputs")
+    lengths = _check_sequence_length(sequence_length)
+    with _variable_scope(None, "fw"):
+      output_fw, state_fw = _dynamic(cell_fw, inputs, lengths,
+                                     initial_state_fw, dtype,
+                                     "initial_state_fw")
+    with _variable_scope(None, "bw"):
+      # pylint: disable=protected-access
+      reversed_bw, state_bw = _dynamic(
+          cell_bw, bidirectional_lib._reverse_time(inputs, lengths), lengths,
+          initial_state_bw, dtype, "initial_state_bw")
+      output_bw = bidirectional_lib._reverse_time(reversed_bw, lengths)
+  if not time_major:
+    output_fw, output_bw = (structs.swap_batch_and_time(o, name) for o, name
+                            in ((output_fw, "output_fw"),
+                                (output_bw, "output_bw")))
+  return (output_fw, output_bw), (state_fw, state_bw)
+
+
+def raw_rnn(cell: Any,
+            loop_fn: LoopFn,
+            parallel_iterations: Optional[int] = None,
+            swap_memory: bool = False,
+            scope: Any = None) -> Tuple[Any, Any, Any]:
+  """`tf.compat.v1.nn.raw_rnn` on the op: `loop_fn` feeds each step's input.
+
+  Computes, as TF1's pseudo-code says:
+
+      finished, next_input, state, emit, loop_state = loop_fn(0, None, None,
+                                                              None)
+      while not all(finished):
+        output, cell_state = cell(next_input, state)
+        next_finished, next_input, next_state, emit, loop_state = loop_fn(
+            time + 1, output, cell_state, loop_state)
+        state = where(finished, state, next_state)
+        emit_ta[time] = where(finished, zeros, emit)
+        finished |= next_finished
+
+  No maximum number of steps is given, so the loop is first run forward
+  without gradient to count its steps, then on the op: one extra forward
+  pass, for a backward pass that keeps only the per-step states (the cell
+  state, the next input, `loop_state` and the emitted outputs). For the
+  same reason it does not run under `jit_compile=True` (XLA needs the step
+  count at compile time).
+
+  Args:
+    cell: A Keras 3 cell or an object following the RNNCell protocol.
+    loop_fn: `(time, cell_output, cell_state, loop_state) -> (finished,
+      next_input, next_cell_state, emit_output, next_loop_state)`, called
+      first with `time=0` and None for the rest; that call's results set the
+      initial state, the structure of the emitted outputs (`cell.output_size`
+      when its `emit_output` is None) and of `loop_state` (tensors only).
+      Every later call must return the same structures. It is recomputed in
+      the backward pass, so it must be free of side effects.
+    parallel_iterations: Accepted for compatibility.
+    swap_memory: Accepted for compatibility.
+    scope: Variable scope; defaults to "rnn".
+
+  Returns:
+    `(emit_ta, final_state, final_loop_state)`: `emit_ta` a TensorArray (or
+    structure of them) of `[batch, ...]` rows, one per step run.
+
+  Raises:
+    TypeError: If `cell` is not a cell or `loop_fn` is not callable.
+    ValueError: If `loop_fn` returns structures inconsistent with its first
+      call, or a `finished` that is not a `[batch]` bool vector, or under
+      `jit_compile=True`.
+
+  Example:
+
+  >>> import keras
+  >>> import tf_recurrent
+  >>> cell = keras.layers.SimpleRNNCell(3)
+  >>> x = tf.ones([4, 2, 5])  # [time, batch, depth]
+  >>> lengths = tf.constant([4, 2])
+  >>> def loop_fn(time, cell_output, cell_state, loop_state):
+  ...   state = tf.zeros([2, 3]) if cell_output is None else cell_state
+  ...   finished = time >= lengths
+  ...   next_input = x[tf.minimum(time, 3)]
+  ...   return finished, next_input, state, cell_output, loop_state
+  >>> emit_ta, state, _ = tf_recurrent.raw_rnn(cell, loop_fn)
+  >>> emit_ta.stack().shape
+  TensorShape([4, 2, 3])
+  """
+  del parallel_iterations, swap_memory
+  _check_cell(cell, "cell")
+  if not callable(loop_fn):
+    raise TypeError(f"loop_fn must be a callable; got {type(loop_fn).__name__}.")
+  if accumulators.in_xla_context():
+    raise ValueError(
+        "raw_rnn cannot run under jit_compile=True: its loop has no maximum "
+        "number of steps, and XLA needs the step count at compile time. Call "
+        "it outside the compiled function, or use dynamic_rnn.")
+  with _variable_scope(scope, "rnn"):
+    return _raw(cell, loop_fn)
+
+
+# The cells.
+
+
+def _check_cell(cell: Any, name: str):
+  """TF1's check: a cell has a state_size and is callable (or a Keras call)."""
+  if isinstance(cell, keras.layers.Layer):
+    missing = [a for a in ("state_size",) if not hasattr(cell, a)]
+  else:
+    missing = [a for a in ("state_size", "output_size")
+               if not hasattr(cell, a)]
+    if not callable(cell):
+      missing.append("__call__")
+    if not (hasattr(cell, "zero_state") or hasattr(cell, "get_initial_state")):
+      missing.append("zero_state or get_initial_state")
+  if missing:
+    raise TypeError(
+        f"{name} must be an RNN cell (a Keras cell with state_size, or an "
+        f"RNNCell with state_size, output_size, __call__ and zero_state); got "
+        f"{type(cell).__name__}, missing {', '.join(missing)}.")
+
+
+def _output_size(cell: Any) -> Any:
+  """`cell.output_size`, or as Keras's RNN takes it: the first state's size."""
+  size = getattr(cell, "output_size", None)
+  if size is None:
+    size = tf.nest.flatten(cell.state_size)[0]
+  return size
+
+
+def _zeros(size: Any, batch: Any, dtype: tf.DType) -> Any:
+  """Zeros `[batch] + size` for every leaf of a structure of sizes."""
+  def zeros(s):
+    shape = tf.TensorShape(s).as_list()
+    if isinstance(batch, int):
+      return tf.zeros([batch] + shape, dtype)
+    return tf.zeros(tf.concat([[batch], tf.constant(shape, tf.int32)], 0),
+                    dtype)
+  return tf.nest.map_structure(zeros, size)
+
+
+def _initial_state(cell: Any, batch: Any, dtype: Optional[tf.DType]) -> Any:
+  """TF1's default initial state: the cell's own, else zeros of state_size."""
+  if not dtype:
+    raise ValueError(
+        "If there is no initial_state, you must give a dtype (dtype=None and "
+        "initial_state=None).")
+  dtype = tf.as_dtype(dtype)
+  size = cell.state_size
+  if isinstance(cell, keras.layers.Layer):
+    if hasattr(cell, "get_initial_state"):
+      state = cell.get_initial_state(batch_size=batch)
+      flat = [tf.cast(s, dtype) for s in tf.nest.flatten(state)]
+      if len(flat) == len(tf.nest.flatten(size)):
+        # Keras returns a list even for an int state_size.
+        return tf.nest.pack_sequence_as(size, flat)
+      return tf.nest.pack_sequence_as(state, flat)
+    return _zeros(size, batch, dtype)
+  if hasattr(cell, "get_initial_state"):
+    return cell.get_initial_state(inputs=None, batch_size=batch, dtype=dtype)
+  return cell.zero_state(batch, dtype)
+
+
+def _check_initial_state(cell: Any, state: Any, name: str) -> Any:
+  """`state` as tensors, one per leaf of `cell.state_size`, sizes matching."""
+  state = structs.to_tensors(state, name)
+  sizes = tf.nest.flatten(cell.state_size)
+  flat = tf.nest.flatten(state)
+  if len(flat) != len(sizes):
+    raise ValueError(
+        f"{name} must hold {len(sizes)} tensor(s), one per entry of the "
+        f"cell's state_size={cell.state_size}; got {len(flat)}.")
+  for path, size, leaf in zip(structs.leaf_paths(state, name), sizes, flat):
+    want = tf.TensorShape(size)
+    got = leaf.shape[1:] if leaf.shape.rank else None
+    if want.rank and got is not None and not got.is_compatible_with(want):
+      raise ValueError(
+          f"{path} must have shape [batch] + {want.as_list()} (state_size "
+          f"{size}); got {structs.describe(leaf)}.")
+  return state
+
+
+def _build(cell: Any, step_shapes: Any):
+  """Creates the cell's variables once, outside the loop, from the shapes
+  (`TensorShape`s) of one step's inputs."""
+  if getattr(cell, "built", True) or not callable(getattr(cell, "build",
+                                                          None)):
+    return
+  cell.build(tf.nest.map_structure(lambda s: tuple(s.as_list()), step_shapes))
+
+
+def _call(cell: Any, x: Any, state: Any) -> Tuple[Any, Any]:
+  """One step, the new state packed like `state` (Keras returns lists)."""
+  output, new_state = cell(x, state)
+  flat = tf.nest.flatten(new_state)
+  if len(flat) != len(tf.nest.flatten(state)):
+    raise ValueError(
+        f"The cell returned a state of {len(flat)} tensor(s) for a state of "
+        f"{len(tf.nest.flatten(state))} (state_size={cell.state_size}).")
+  return output, tf.nest.pack_sequence_as(state, flat)
+
+
+def _variable_scope(scope: Any, default: str):
+  return tf.compat.v1.variable_scope(scope or default)
+
+
+# dynamic_rnn.
+
+
+def _check_inputs(inputs: Any) -> Any:
+  if inputs is None or not tf.nest.flatten(inputs):
+    raise ValueError(f"inputs must not be None or empty; got {inputs!r}.")
+  return structs.to_tensors(inputs, "inputs")
+
+
+def _check_sequence_length(sequence_length: Any) -> Optional[tf.Tensor]:
+  if sequence_length is None:
+    return None
+  lengths = tf.convert_to_tensor(sequence_length)
+  if lengths.shape.rank != 1 or not lengths.dtype.is_integer:
+    raise ValueError(
+        "sequence_length must be a vector of length batch_size, but saw "
+        f"{structs.describe(lengths)}.")
+  return tf.cast(lengths, tf.int32)
+
+
+def _batch_size(inputs: Any) -> Any:
+  """The batch size of time-major inputs: static where known."""
+  for x in tf.nest.flatten(inputs):
+    if x.shape.rank is not None and x.shape.rank < 2:
+      raise ValueError(
+          f"inputs must have shape [batch, time, ...] or [time, batch, ...]; "
+          f"got {structs.describe(x)}.")
+    if x.shape.rank is not None and x.shape[1] is not None:
+      return x.shape[1]
+  return tf.shape(tf.nest.flatten(inputs)[0])[1]
+
+
+def _output_dtype(dtype: Optional[tf.DType], state: Any) -> tf.DType:
+  """TF1's rule: `dtype` if given, else the state's one dtype."""
+  if dtype:
+    return tf.as_dtype(dtype)
+  dtypes = {s.dtype for s in tf.nest.flatten(state)}
+  if len(dtypes) != 1:
+    raise ValueError(
+        f"The state has several dtypes {sorted(d.name for d in dtypes)}; "
+        "pass dtype for the outputs.")
+  return dtypes.pop()
+
+
+def _dynamic(cell, inputs, sequence_length, initial_state, dtype,
+             state_name):
+  """dynamic_rnn on time-major tensors inside the variable scope."""
+  lengths = _check_sequence_length(sequence_length)
+  batch = _batch_size(inputs)
+  if initial_state is None:
+    state0 = _initial_state(cell, batch, dtype)
+  else:
+    state0 = _check_initial_state(cell, initial_state, state_name)
+  state0 = structs.to_tensors(state0, state_name)
+  num_steps = tf.nest.flatten(inputs)[0].shape[0]
+  if lengths is not None:
+    lengths_lib.check_sequence_length(
+        lengths, [s for s in tf.nest.flatten(state0) if s.shape.rank != 0],
+        inputs, num_steps)
+  _build(cell, tf.nest.map_structure(lambda x: x.shape[1:], inputs))
+  fast = None
+  if num_steps != 0:
+    fast = _fast(cell, inputs, lengths, state0)
+  if fast is not None:
+    return fast
+  return _generic(cell, inputs, lengths, state0,
+                  _output_dtype(dtype, state0))
+
+
+def _fast(cell, inputs, lengths, state0):
+  """A plain Keras LSTMCell/GRUCell/SimpleRNNCell: the layers' own loop."""
+  if (layers.BUILT_IN_CELLS.get(type(cell)) is None or
+      tf.nest.is_nested(inputs) or not cell.built):
+    return None
+  mask = None
+  if lengths is not None:
+    mask = tf.transpose(tf.sequence_mask(lengths, tf.shape(inputs)[0]))
+  # pylint: disable=protected-access
+  loop = layers.RNN(cell, zero_output_for_mask=True)
+  found = loop._fast_loop(inputs, list(tf.nest.flatten(state0)), mask,
+                          training=False)
+  if found is None:
+    return None
+  outputs, final, _ = found
+  return outputs, tf.nest.pack_sequence_as(state0, list(final))
+
+
+def _generic(cell, inputs, lengths, state0, output_dtype):
+  """Any cell on the op: states and output carried, outputs accumulated."""
+  flat0 = tf.nest.flatten(state0)
+  # A state leaf without a batch axis (a step counter, say) is carried per
+  # example while on the op; it advances while any example runs, so the
+  # longest example's copy is the value.
+  unbatched = [s.shape.rank == 0 for s in flat0]
+  batch = _batch_size(inputs)
+  longest = None
+  if lengths is not None and any(unbatched):
+    longest = tf.argmax(lengths)
+    flat0 = [tf.fill(tf.reshape(batch, [1]), s) if u else s
+             for s, u in zip(flat0, unbatched)]
+
+  def unpack(flat):
+    if longest is None:
+      return tf.nest.pack_sequence_as(state0, flat)
+    return tf.nest.pack_sequence_as(state0, [
+        tf.gather(s, longest) if u else s for s, u in zip(flat, unbatched)])
+
+  output_size = _output_size(cell)
+  zero_output = _zeros(output_size, batch, output_dtype)
+
+  def cell_fn(theta, state, x):
+    del theta
+    output, new_state = _call(cell, x, unpack(state["cell"]))
+    try:
+      tf.nest.assert_same_structure(output, zero_output, check_types=False)
+    except (ValueError, TypeError) as e:
+      raise ValueError(
+          f"The cell's output does not match its output_size={output_size}: "
+          f"{e}") from None
+    new_flat = tf.nest.flatten(new_state)
+    if longest is not None:
+      new_flat = [tf.fill(tf.reshape(batch, [1]), s) if u else s
+                  for s, u in zip(new_flat, unbatched)]
+    return {"cell": new_flat, "output": output}, []
+
+  start = {"cell": flat0, "output": zero_output}
+  per_step = {"cell": [False] * len(flat0),
+              "output": tf.nest.map_structure(lambda _: True, zero_output)}
+  acc, final = op.recurrent({}, start, inputs, cell_fn,
+                            sequence_length=lengths,
+                            accumulate_state=per_step)
+  return acc["output"], unpack(final["cell"])
+
+
+# raw_rnn.
+
+
+def _raw(cell, loop_fn):
+  """raw_rnn in its variable scope: count the steps, then run on the op."""
+  time0 = tf.constant(0, tf.int32)
+  finished, next_input, state0, emit0, loop_state0 = loop_fn(
+      time0, None, None, None)
+  next_input = structs.to_tensors(next_input, "next_input")
+  state0 = structs.to_tensors(state0, "next_cell_state")
+  finished = _check_finished(finished)
+  flat_input = tf.nest.flatten(next_input)
+  batch = (flat_input[0].shape[0] if flat_input[0].shape[0] is not None
+           else tf.shape(flat_input[0])[0])
+  if emit0 is None:
+    emit0 = _zeros(_output_size(cell), batch,
+                   tf.nest.flatten(state0)[0].dtype)
+  else:
+    emit0 = tf.nest.map_structure(tf.zeros_like,
+                                  structs.to_tensors(emit0, "emit_output"))
+  has_loop_state = loop_state0 is not None
+  if has_loop_state:
+    for leaf in tf.nest.flatten(loop_state0):
+      if isinstance(leaf, tf.TensorArray):
+        raise TypeError(
+            "loop_state holds a TensorArray; tf_recurrent.raw_rnn carries "
+            "loop_state through the op, which takes tensors only. Carry a "
+            "tensor (or write to a TensorArray after the loop).")
+    loop_state0 = structs.to_tensors(loop_state0, "loop_state")
+  _build(cell, tf.nest.map_structure(lambda x: x.shape, next_input))
+  start = {"time": time0, "finished": finished, "input": next_input,
+           "state": state0, "emit": emit0,
+           "loop_state": loop_state0 if has_loop_state else ()}
+
+  def step(s):
+    output, cell_state = _call(cell, s["input"], s["state"])
+    (next_finished, next_input, next_state, emit,
+     next_loop_state) = loop_fn(s["time"] + 1, output, cell_state,
+                                s["loop_state"] if has_loop_state else None)
+    if emit is None:
+      emit = output
+    next_finished = _check_finished(next_finished)
+    new = {"time": s["time"] + 1, "input": next_input, "state": next_state,
+           "emit": emit,
+           "loop_state": next_loop_state if has_loop_state else ()}
+    for key, what in (("input", "next_input"), ("state", "next_cell_state"),
+                      ("emit", "emit_output"),
+                      ("loop_state", "next_loop_state")):
+      try:
+        tf.nest.assert_same_structure(start[key], new[key], check_types=False)
+      except (ValueError, TypeError) as e:
+        raise ValueError(
+            f"loop_fn returned a {what} whose structure differs from its "
+            f"first call's (time=0): {e}") from None
+    if not has_loop_state and next_loop_state is not None:
+      raise ValueError(
+          "loop_fn returned a next_loop_state after returning None at "
+          "time=0; return the initial loop_state at time=0.")
+    new["input"] = tf.nest.map_structure(tf.convert_to_tensor, new["input"])
+    new["loop_state"] = tf.nest.map_structure(tf.convert_to_tensor,
+                                              new["loop_state"])
+    done = s["finished"]
+    new["state"] = masks.select_structure(done, s["state"], new["state"])
+    new["emit"] = tf.nest.map_structure(
+        lambda e: masks.zero_where_off(tf.logical_not(done), e), new["emit"])
+    new["finished"] = tf.logical_or(done, next_finished)
+    return new
+
+  # No maximum is given: count the steps on a forward-only loop first.
+  counted = tf.while_loop(
+      lambda s: tf.logical_not(tf.reduce_all(s["finished"])), lambda s: (
+          step(s),), (tf.nest.map_structure(tf.stop_gradient, start),))
+  num_steps = tf.stop_gradient(counted[0]["time"])
+
+  def cell_fn(theta, s, x):
+    del theta, x
+    return step(s), []
+
+  per_step = tf.nest.map_structure(lambda _: False, start)
+  per_step["emit"] = tf.nest.map_structure(lambda _: True, emit0)
+  acc, final = op.recurrent({}, start, tf.range(num_steps), cell_fn,
+                            accumulate_state=per_step)
+
+  def to_array(rows):
+    return tf.TensorArray(rows.dtype, size=num_steps,
+                          element_shape=rows.shape[1:]).unstack(rows)
+
+  emit_ta = tf.nest.map_structure(to_array, acc["emit"])
+  return (emit_ta, final["state"],
+          final["loop_state"] if has_loop_state else None)
+
+
+def _check_finished(finished: Any) -> tf.Tensor:
+  finished = tf.convert_to_tensor(finished)
+  if finished.dtype != tf.bool or finished.shape.rank not in (None, 1):
+    raise ValueError(
+        "loop_fn must return finished as a [batch] bool vector; got "
+        f"{structs.describe(finished)}.")
+  return finished

@@ -1,0 +1,274 @@
+"""The Keras layers' inference path: graphs TFLite converts with builtin ops.
+
+The training loop (`tf_recurrent.recurrent`, `tf_recurrent.sequence`) keeps
+per-step rows in TensorLists with an unknown element shape and carries a
+custom gradient; TFLite's converter cannot lower either to builtin ops. A
+layer call that needs no gradient takes this path instead:
+
+* a plain LSTM (tanh/sigmoid `LSTMCell`, no recurrent dropout, no mask)
+  calls `lstm_function(...)`, a `tf.function` with the attributes and the
+  argument/result layout of tf_keras's `standard_lstm`. TFLite's converter
+  (`prepare_composite_functions_tf.cc`, `lstm_utils.cc`) replaces such a
+  function by one fused `UNIDIRECTIONAL_SEQUENCE_LSTM` op when the batch
+  size is static and only its first two results (last output, outputs) are
+  read; otherwise it converts the function's body, a builtin `WHILE` loop.
+* any other cell (GRU, SimpleRNN, ConvLSTM, a user's cell, a masked LSTM)
+  runs `run_cell`, a `tf.while_loop` writing rows into a `tf.TensorArray`
+  whose element shape is static: a builtin `WHILE` loop after conversion.
+
+The layers take this path when `training` is falsy, no `tf.GradientTape` is
+recording, the call is being traced into a graph (eager calls, which nothing
+converts, keep the op's cached loop) and the batch size is static (TFLite
+lowers a TensorArray only with a static element shape). Both loops compute
+what the training loop computes (to float rounding); gradients through them
+are plain autodiff, should a caller differentiate an inference graph.
+
+Example (the README's "Deploy to TFLite" converts a whole model):
+
+>>> lstm = lstm_function(go_backwards=False).get_concrete_function(
+...     *[tf.TensorSpec(shape) for shape in
+...       ([1, 6, 3], [1, 4], [1, 4], [3, 16], [4, 16], [16])])
+>>> lstm.function_def.attr["api_implements"].s.decode()[:5]
+'lstm_'
+"""
+
+from typing import Any, Callable, List, Optional, Tuple
+import uuid
+
+import tensorflow as tf
+
+from tf_recurrent import masks
+
+try:  # TF >= 2.13; the one place the active tapes are visible from Python.
+  from tensorflow.python.eager import record as _record
+except ImportError:  # pragma: no cover - depends on the TF build.
+  from tensorflow.python.eager import tape as _record
+
+# The converter's contract (tf_keras's gru_lstm_utils.py): `api_implements`
+# starting with "lstm_" marks a Keras LSTM; `time_major` and `go_backwards`
+# tell it how to read the input.
+_API_PREFIX = "lstm_"
+_RUNTIME_CPU = 1.0  # tf_keras's fifth result: 1 = the CPU implementation.
+
+
+def takes_inference_path(training: Any, sequences: Any) -> bool:
+  """Whether a layer call should run the convertible inference loops.
+
+  Args:
+    training: The layer call's `training` argument.
+    sequences: Its batch-major inputs (a tensor or a structure of them).
+
+  Returns:
+    True when nothing will differentiate the call (`training` is a falsy
+    Python value and no tape records), it is traced into a graph, and the
+    inputs' batch size is static.
+
+  Example:
+
+  >>> takes_inference_path(False, tf.zeros([1, 5, 3]))  # eager
+  False
+  """
+  if isinstance(training, (tf.Tensor, tf.Variable)) or training:
+    return False
+  if tf.executing_eagerly() or _record.could_possibly_record():
+    return False
+  return all(t.shape.rank is not None and t.shape.rank >= 2 and
+             t.shape[0] is not None for t in tf.nest.flatten(sequences))
+
+
+def lstm_function(go_backwards: bool) -> Callable[..., Tuple[tf.Tensor, ...]]:
+  """A fresh `standard_lstm` tf.function that TFLite fuses into one op.
+
+  The function takes `(inputs [B, T, D], init_h [B, H], init_c [B, H],
+  kernel [D, 4H], recurrent_kernel [H, 4H], bias [4H])`, Keras's weights
+  with gates in the order i, f, c, o, and returns `(last_output [B, H],
+  outputs [B, T, H], h [B, H], c [B, H], runtime)`: the layout of tf_keras's
+  `standard_lstm` with `time_major=False`, no mask and no sequence lengths.
+  With `go_backwards` it reads the input from its end and returns the
+  outputs in the order it ran them, as Keras does. Each call makes a new
+  function with a unique `api_implements` name, as tf_keras does, so two
+  layers never share one.
+
+  Args:
+    go_backwards: Whether to run the sequence from its last step.
+
+  Returns:
+    The tf.function.
+
+  Example:
+
+  >>> import numpy as np
+  >>> lstm = lstm_function(go_backwards=False)
+  >>> last, outputs, h, c, _ = lstm(
+  ...     tf.ones([2, 5, 3]), tf.zeros([2, 4]), tf.zeros([2, 4]),
+  ...     tf.ones([3, 16]) * 0.1, tf.zeros([4, 16]), tf.zeros([16]))
+  >>> outputs.shape, bool(np.allclose(last, outputs[:, -1]))
+  (TensorShape([2, 5, 4]), True)
+  """
+  attributes = {
+      "api_implements": _API_PREFIX + uuid.uuid4().hex,
+      "api_preferred_device": "CPU",
+      "time_major": False,
+      "go_backwards": go_backwards,
+  }
+
+  def standard_lstm(inputs, init_h, init_c, kernel, recurrent_kernel, bias):
+    if go_backwards:
+      inputs = tf.reverse(inputs, [1])
+    # The input projection for every step at once, then one GEMM a step.
+    projected = tf.einsum("btd,dg->btg", inputs, kernel) + bias
+
+    def step(z, states):
+      h, c = states
+      z = z + tf.matmul(h, recurrent_kernel)
+      i, f, g, o = tf.split(z, 4, axis=-1)
+      c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
+      h = tf.sigmoid(o) * tf.tanh(c)
+      return h, [h, c]
+
+    outputs, (h, c), last = run_cell(
+        step, tf.transpose(projected, [1, 0, 2]), [init_h, init_c],
+        tf.zeros_like(init_h))
+    return (last, tf.transpose(outputs, [1, 0, 2]), h, c,
+            tf.constant(_RUNTIME_CPU))
+
+  return tf.function(standard_lstm, autograph=False,
+                     experimental_attributes=attributes)
+
+
+def run_cell(step: Callable[[Any, Any], Tuple[tf.Tensor, Any]],
+             inputs: Any, states: Any, zero_output: tf.Tensor,
+             mask: Optional[tf.Tensor] = None,
+             zero_output_for_mask: bool = False
+             ) -> Tuple[tf.Tensor, Any, tf.Tensor]:
+  """Runs `step` over time in a loop TFLite lowers to builtin ops.
+
+  Args:
+    step: `(inputs_t, states) -> (output, new_states)`, a Keras cell call;
+      new_states may be nested otherwise than states, with the same leaves.
+    inputs: Time-major `[T, B, ...]` inputs (a tensor or a structure).
+    states: The initial states, a structure of `[B, ...]` tensors.
+    zero_output: Zeros shaped like one step's output; its shape must be
+      static (the TensorArray's element shape).
+    mask: Optional time-major `[T, B]` bool mask: a masked step keeps the
+      states and emits the previous output (zeros with
+      `zero_output_for_mask`), as Keras's loop does.
+    zero_output_for_mask: As Keras's RNN argument.
+
+  Returns:
+    `(outputs [T, B, ...], final states like `states`, last output)`.
+
+  Example:
+
+  >>> outputs, (h,), last = run_cell(
+  ...     lambda x, s: (x + s[0], [x + s[0]]), tf.ones([3, 2, 4]),
+  ...     [tf.zeros([2, 4])], tf.zeros([2, 4]))
+  >>> outputs[:, 0, 0].numpy().tolist(), float(last[0, 0])
+  ([1.0, 2.0, 3.0], 3.0)
+  """
+  num_steps = tf.shape(tf.nest.flatten(inputs)[0])[0]
+  written = tf.TensorArray(zero_output.dtype, size=num_steps,
+                           element_shape=zero_output.shape)
+
+  def body(t, output, states_t, written):
+    inputs_t = tf.nest.map_structure(lambda x: x[t], inputs)
+    new_output, new_states = step(inputs_t, states_t)
+    new_states = tf.nest.pack_sequence_as(states_t,
+                                          tf.nest.flatten(new_states))
+    if mask is not None:
+      keep = mask[t]
+      fallback = tf.zeros_like(new_output) if zero_output_for_mask else output
+      new_output = masks.select(keep, new_output, fallback)
+      new_states = masks.select_structure(keep, new_states, states_t)
+    return t + 1, new_output, new_states, written.write(t, new_output)
+
+  _, last, final, written = tf.while_loop(
+      lambda t, *_: t < num_steps, body,
+      [tf.constant(0), zero_output, states, written])
+  return written.stack(), final, last
+
+
+def op_names(model_content: bytes) -> List[str]:
+  """The operators of every subgraph of a TFLite model, one name each.
+
+  Loop bodies (the subgraphs of `WHILE`) count too. Select TF ops show as
+  their custom code ("FlexXxx"), so `any(n.startswith("Flex") for n in
+  op_names(m))` tells whether a model needs the Flex delegate, and
+  `op_names(m).count("UNIDIRECTIONAL_SEQUENCE_LSTM")` how many LSTM layers
+  became the fused op.
+
+  Args:
+    model_content: The flatbuffer `TFLiteConverter.convert()` returned.
+
+  Returns:
+    Sorted operator names ("WHILE", "UNIDIRECTIONAL_SEQUENCE_LSTM", ...),
+    one per operator.
+
+  Example:
+
+  >>> f = tf.function(lambda x: tf.tanh(tf.tanh(x)),
+  ...                 input_signature=[tf.TensorSpec([2], tf.float32)])
+  >>> op_names(tf.lite.TFLiteConverter.from_concrete_functions(
+  ...     [f.get_concrete_function()]).convert())
+  ['TANH', 'TANH']
+  """
+  from tensorflow.lite.python import schema_py_generated as schema  # pylint: disable=g-import-not-at-top
+  model = schema.ModelT.InitFromPackedBuf(bytearray(model_content), 0)
+  by_code = {v: k for k, v in vars(schema.BuiltinOperator).items()
+             if not k.startswith("_")}
+  names = []
+  for code in model.operatorCodes:
+    name = by_code.get(max(code.builtinCode, code.deprecatedBuiltinCode))
+    if name == "CUSTOM":
+      custom = code.customCode
+      name = custom.decode() if isinstance(custom, bytes) else str(custom)
+    names.append(name)
+  return sorted(names[op.opcodeIndex] for subgraph in model.subgraphs
+                for op in (subgraph.operators or []))
+
+
+def inner_loop(layer, sequences, time_major, initial_state, mask,
+               fused_lstm: bool):
+  """`keras.layers.RNN.inner_loop` on the convertible loops.
+
+  Args:
+    layer: The `keras.layers.RNN` (a tf_recurrent layer) being called.
+    sequences: Its batch-major inputs, as Keras passed them.
+    time_major: The same inputs time-major `[T, B, ...]`, already reversed
+      if the layer goes backwards.
+    initial_state: Its list of initial states.
+    mask: None or the `[T, B]` bool mask, time-major like `time_major`.
+    fused_lstm: Whether the cell is a plain LSTMCell (tanh/sigmoid, no
+      recurrent dropout), which runs `lstm_function` when unmasked.
+
+  Returns:
+    `(last_output, outputs [B, T, ...], states)` as Keras's inner loop
+    returns them.
+  """
+  cell = layer.cell
+  initial_state = list(initial_state)
+  if fused_lstm and mask is None:
+    dtype = cell.compute_dtype
+    bias = cell.bias if cell.use_bias else tf.zeros([4 * cell.units], dtype)
+    last, outputs, h, c, _ = lstm_function(layer.go_backwards)(
+        *[tf.cast(t, dtype) for t in (
+            sequences, initial_state[0], initial_state[1], cell.kernel,
+            cell.recurrent_kernel, bias)])
+    return last, outputs, [h, c]
+  kwargs = {"training": False} if getattr(cell, "_call_has_training_arg",
+                                          False) else {}
+
+  def step(inputs_t, states):
+    return cell(inputs_t, states, **kwargs)
+
+  batch = tf.nest.flatten(sequences)[0].shape[0]
+  output_size = getattr(cell, "output_size", None)
+  if isinstance(output_size, int) and output_size > 0:
+    zero_output = tf.zeros([batch, output_size], cell.compute_dtype)
+  else:
+    zero_output = tf.zeros_like(tf.nest.flatten(initial_state)[0])
+  outputs, states, last = run_cell(step, time_major, initial_state,
+                                   zero_output, mask,
+                                   layer.zero_output_for_mask)
+  perm = [1, 0] + list(range(2, outputs.shape.rank))
+  return last, tf.transpose(outputs, perm), list(states)
