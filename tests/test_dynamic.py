@@ -706,8 +706,7 @@ LEGACY = textwrap.dedent("""
     def check(make, run_ours, run_theirs):
       cell = make()
       results = []
-      # One tape each: a persistent tape around raw_rnn's tf.function lost
-      # the TensorArray reads' input gradient past step 0 (an open bug).
+      # One tape per implementation (test_recurrent covers persistent tapes).
       for run in (run_theirs, run_ours):
         with tf.GradientTape() as tape:
           tape.watch(x)

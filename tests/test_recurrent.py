@@ -573,3 +573,39 @@ def test_tensor_array_read_in_the_cell_gets_its_gradient(mode):
   np.testing.assert_array_equal(dx, [4 + 2 + 1 + 4, 2 + 1 + 2, 1 + 1])
   # d/dtheta of v3 + v1 + v2 + v3 at theta = 2: v2' = x1, v3' = 4 x1 + x2.
   assert float(dtheta) == 2 * (4 * 1.0 + 2.0) + 1.0
+
+
+@pytest.mark.parametrize("outer", ["eager", "function"])
+@pytest.mark.parametrize("read", ["closure", "closure_in_cond", "theta_in_cond"])
+def test_persistent_tape_around_the_call(outer, read):
+  """A persistent tape recording the op's call (eagerly, or of a tf.function
+  around it) got zero gradients for tensors a tf.cond in the step closes
+  over: with two tapes watching, TensorFlow wraps the recomputed cond in a
+  function whose tape gradient drops its captured inputs."""
+  rng = np.random.default_rng(4)
+  x = tf.constant(rng.normal(size=[5, 3, 2]))
+  w = tf.constant(1.5, tf.float64)
+
+  def run(x, w):
+    def cell(theta, state, t):
+      theta_x, theta_w = (theta if read == "theta_in_cond" else (x, w))
+      def read_step():
+        return tf.gather(theta_x, t) * theta_w
+      step = (read_step() if read == "closure" else
+              tf.cond(t > 10, lambda: tf.zeros([3, 2], tf.float64), read_step))
+      return tf.tanh(state + step), []
+    _, final = tf_recurrent.recurrent((x, w), tf.zeros([3, 2], tf.float64),
+                                      tf.range(5), cell)
+    return tf.reduce_sum(tf.sin(final))
+
+  with tf.GradientTape(persistent=True) as tape:
+    tape.watch([x, w])
+    loss = (run if outer == "eager" else tf.function(run))(x, w)
+  got = tape.gradient(loss, [x, w])
+  with tf.GradientTape() as tape:
+    tape.watch([x, w])
+    state = tf.zeros([3, 2], tf.float64)
+    for t in range(5):
+      state = tf.tanh(state + x[t] * w)
+    want = tape.gradient(tf.reduce_sum(tf.sin(state)), [x, w])
+  assert_all_close(got, want, tol=1e-12)

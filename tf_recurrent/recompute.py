@@ -21,7 +21,7 @@ def recompute_grad(cell_fn: Callable[..., Any], theta: Any, state0: Any,
                    inputs_t: Any, dstate1: Sequence[Optional[tf.Tensor]],
                    captured: Sequence[tf.Tensor],
                    variables: Sequence[tf.Variable]):
-  """The default per-step gradient: recompute the step under a tape.
+  """The default per-step gradient: recompute the step, differentiate it.
 
   Extras are ignored; only the state the step returns is differentiated.
 
@@ -41,20 +41,23 @@ def recompute_grad(cell_fn: Callable[..., Any], theta: Any, state0: Any,
     entries for non-differentiable leaves are None, the others are tensors
     (zeros where the step does not depend on a leaf).
   """
+  # Cut from whatever computed them: the step's partial derivatives only.
+  theta, state0, inputs_t = tf.nest.map_structure(
+      tf.stop_gradient, (theta, state0, inputs_t))
   sources = [tf.nest.flatten(theta), tf.nest.flatten(state0),
              tf.nest.flatten(inputs_t)]
   graph = tf.compat.v1.get_default_graph()
-  with tf.GradientTape(watch_accessed_variables=False) as tape:
-    # Capturing first gives us the very placeholders cell_fn will read, so
-    # the tape can watch them; captures are memoized per graph.
-    inner_captured = [graph.capture(c) if hasattr(graph, "capture") else c
-                      for c in captured]
-    for flat in sources:
-      tape.watch([x for x in flat if structs.is_differentiable(x.dtype)])
-    tape.watch(inner_captured)
-    for v in variables:
-      tape.watch(v)
-    state1, _ = cell_fn(theta, state0, inputs_t)
+  # Capturing first gives us the very placeholders cell_fn will read
+  # (captures are memoized per graph): the closed-over tensors, and the
+  # handles its variable reads read.
+  capture = graph.capture if hasattr(graph, "capture") else (lambda c: c)
+  inner_captured = [capture(c) for c in captured]
+  handles = [capture(v.handle) for v in variables]
+  # tf.gradients, not a GradientTape: under a second tape (a persistent
+  # tape recording the caller's tf.function) TensorFlow wraps every tf.cond
+  # the step builds in a function whose tape gradient is zero for the
+  # cond's captured inputs.
+  state1, _ = cell_fn(theta, state0, inputs_t)
   flat_state1 = tf.nest.flatten(state1)
   targets, seeds = [], []
   for y, dy in zip(flat_state1, dstate1):
@@ -65,14 +68,14 @@ def recompute_grad(cell_fn: Callable[..., Any], theta: Any, state0: Any,
   diff_index = [i for i, x in enumerate(all_sources)
                 if structs.is_differentiable(x.dtype)]
   diff_sources = [all_sources[i] for i in diff_index]
-  wrt = diff_sources + list(inner_captured) + list(variables)
-  if targets and wrt:
-    grads = tape.gradient(
-        targets, wrt, output_gradients=seeds,
-        unconnected_gradients=tf.UnconnectedGradients.ZERO)
-  else:
-    grads = [tf.zeros_like(x) if not isinstance(x, tf.Variable)
-             else tf.zeros_like(x.read_value()) for x in wrt]
+  wrt = diff_sources + inner_captured + handles
+  grads = (tf.gradients(targets, wrt, grad_ys=seeds) if targets and wrt
+           else [None] * len(wrt))
+  # Zeros where the step does not depend on a source (a variable's are
+  # shaped like its value, not its handle).
+  likes = wrt[:len(wrt) - len(handles)] + [v.read_value() for v in variables]
+  grads = [tf.zeros_like(like) if g is None else g
+           for g, like in zip(grads, likes)]
   flat_grads: List[Optional[tf.Tensor]] = [None] * len(all_sources)
   for i, g in zip(diff_index, grads[:len(diff_index)]):
     flat_grads[i] = g
