@@ -85,7 +85,7 @@ def recurrent(theta: Any,
       `tf.stop_gradient`), so a `cell_grad` that recomputes its step and
       differentiates it, with a tape or `tf.gradients`, gets the step's
       partial derivatives in every mode. Without it each step is recomputed
-      under a `tf.GradientTape`.
+      and differentiated in the backward pass.
     extras: Optional structure of tensors shaped like the extras one step of
       `cell_fn` returns; derived by tracing `cell_fn` when None.
     max_input_length: Optional Python int or scalar int tensor: only the first

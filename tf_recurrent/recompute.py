@@ -1,10 +1,11 @@
-"""The default per-step gradient: recompute the step under a tape.
+"""The default per-step gradient: recompute the step and differentiate it.
 
 The backward loop calls one function per step that maps
 `(theta, state0, inputs_t, extras_t, dstate1)` to
 `(dtheta, dstate0, dinputs_t)`. Without a user `cell_grad` the step is
-recomputed under a `tf.GradientTape`, which also yields gradients for the
-variables and closed-over tensors `cell_fn` reads.
+recomputed in the reverse loop's graph and differentiated there with
+`tf.gradients`, which also yields gradients for the variables and
+closed-over tensors `cell_fn` reads.
 
 Recomputing a step must reproduce the forward step exactly, randomness
 included: `seeds.py` gives `cell_fn` the seeds that make it so.
