@@ -57,8 +57,13 @@ flags.DEFINE_string("memory_child", "", "Internal: measure one case and exit.")
 CONFIGS = {
     "LSTM plain": ("LSTM", {}, False),
     "LSTM masked": ("LSTM", {}, True),
+    "LSTM dropout 0.1 + recurrent_dropout 0.1": (
+        "LSTM", {"dropout": 0.1, "recurrent_dropout": 0.1}, False),
     "GRU plain": ("GRU", {}, False),
     "GRU masked": ("GRU", {}, True),
+    "GRU reset_after=False": ("GRU", {"reset_after": False}, False),
+    "SimpleRNN plain": ("SimpleRNN", {}, False),
+    "SimpleRNN masked": ("SimpleRNN", {}, True),
 }
 IMPLS = ("ours", "keras")
 
@@ -82,8 +87,10 @@ def build_step(config: str, impl: str, T: int, B: int, D: int, H: int,
     layer = getattr(tf_recurrent, layer_name)(H, return_sequences=True,
                                                **options)
   else:
+    if layer_name != "SimpleRNN":  # Keras's LSTM/GRU only.
+      options = {**options, "use_cudnn": False}
     layer = getattr(keras.layers, layer_name)(H, return_sequences=True,
-                                              use_cudnn=False, **options)
+                                              **options)
   layer.build((B, T, D))
   x = tf.random.Generator.from_seed(0).normal([B, T, D])
   mask = tf.constant(right_padded_mask(B, T)) if masked else None

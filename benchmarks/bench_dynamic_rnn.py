@@ -30,14 +30,13 @@ Writes DYNAMIC_RNN.md and dynamic_rnn.json into --out_dir.
 
 import json
 import os
-import statistics
-import time
 from typing import Callable, Dict, List
 
 from absl import app
 from absl import flags
 
 from benchmarks.common import environment
+from benchmarks.common import interleaved_medians
 from benchmarks.common import peak_rss_slope
 from benchmarks.common import run_child
 
@@ -89,21 +88,6 @@ def build_step(name: str, steps: int, jit: bool) -> Callable[[], object]:
     return tape.gradient(loss, cell.trainable_weights)
 
   return lambda: [g.numpy() for g in step()]
-
-
-def interleaved_medians(steps: Dict[str, Callable[[], object]],
-                        rounds: int) -> Dict[str, float]:
-  """Median seconds of each step, the steps run in turn round by round."""
-  for step in steps.values():
-    step()  # Trace and compile.
-  seconds = {name: [] for name in steps}
-  names = list(steps)
-  for r in range(rounds):
-    for name in names[r % len(names):] + names[:r % len(names)]:
-      start = time.perf_counter()
-      steps[name]()
-      seconds[name].append(time.perf_counter() - start)
-  return {name: statistics.median(s) for name, s in seconds.items()}
 
 
 def memory_slope(name: str, jit: bool) -> Dict[str, object]:

@@ -12,9 +12,16 @@ batch 1) both ways and measures:
 * size: the fused model's flatbuffer as float, dynamic-range quantized and
   full-integer int8 (a representative dataset of random sequences).
 
+The fused op has no XNNPack kernel and runs on one thread whatever
+`--threads` says, so only the WHILE model changes with `--threads` and
+`--noxnnpack` (its FULLY_CONNECTED ops run on XNNPack by default; with two
+threads XNNPack's thread pool costs the loop more than it saves on a
+`[1, D] x [D, 4H]` product, which inflates the speed-up).
+
 Usage:
 
     python -m benchmarks.bench_tflite            # B=1, T=100, D=H=128
+    python -m benchmarks.bench_tflite --threads=2 --noxnnpack
     python -m benchmarks.bench_tflite --length=5 --input=4 --hidden=4 \
         --rounds=2 --invokes=2 --json=/tmp/tflite.json
 
@@ -40,6 +47,8 @@ flags.DEFINE_integer("hidden", 128, "LSTM units H.")
 flags.DEFINE_integer("rounds", 15, "Interleaved timing rounds.")
 flags.DEFINE_integer("invokes", 20, "Interpreter calls per model per round.")
 flags.DEFINE_integer("threads", 1, "Interpreter threads.")
+flags.DEFINE_bool("xnnpack", True, "Apply the interpreter's default XNNPack "
+                  "delegate.")
 flags.DEFINE_string("json", "", "Also write the results here.")
 
 
@@ -114,10 +123,14 @@ def main(argv):
 
   invokers = {}
   errors = {}
+  resolver = (tf.lite.experimental.OpResolverType.AUTO if FLAGS.xnnpack else
+              tf.lite.experimental.OpResolverType
+              .BUILTIN_WITHOUT_DEFAULT_DELEGATES)
   expected = ours(x).numpy()
   for name, flatbuffer in flatbuffers.items():
-    interpreter = tf.lite.Interpreter(model_content=flatbuffer,
-                                      num_threads=FLAGS.threads)
+    interpreter = tf.lite.Interpreter(
+        model_content=flatbuffer, num_threads=FLAGS.threads,
+        experimental_op_resolver_type=resolver)
     interpreter.allocate_tensors()
     interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
     invokers[name] = interpreter.invoke
@@ -128,8 +141,9 @@ def main(argv):
 
   env = environment()
   print(f"TFLite interpreter, B=1 T={length} D={features} H={units}, "
-        f"{FLAGS.threads} thread(s), median of {FLAGS.rounds} interleaved "
-        f"rounds x {FLAGS.invokes} calls; {env}")
+        f"{FLAGS.threads} thread(s), XNNPack "
+        f"{'on' if FLAGS.xnnpack else 'off'}, median of {FLAGS.rounds} "
+        f"interleaved rounds x {FLAGS.invokes} calls; {env}")
   print("| model | ops | us per call | us per step | max error vs Keras |")
   print("|---|---|---|---|---|")
   rows = []
@@ -149,7 +163,8 @@ def main(argv):
   if FLAGS.json:
     with open(FLAGS.json, "w") as f:
       json.dump({"environment": env, "length": length, "input": features,
-                 "hidden": units, "threads": FLAGS.threads, "rows": rows,
+                 "hidden": units, "threads": FLAGS.threads,
+                 "xnnpack": FLAGS.xnnpack, "rows": rows,
                  "speedup": second / first, "sizes": sizes}, f, indent=1)
 
 

@@ -1,13 +1,20 @@
-"""What every benchmark here shares: the environment line and peak memory."""
+"""What every benchmark here shares: the environment line, peak memory,
+interleaved medians and fresh child processes."""
 
 import concurrent.futures
+import json
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# What a child prints before its JSON result, for `json_of_child`.
+RESULT_PREFIX = "RESULT "
 
 
 def peak_rss_bytes() -> int:
@@ -23,20 +30,49 @@ def peak_rss_bytes() -> int:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def _run_module(module: str, args: List[str],
+                env: Optional[Dict[str, str]]) -> subprocess.CompletedProcess:
+  """`python -m module args` in a fresh process from the repository root,
+  with `env` added to the environment, its output captured."""
+  return subprocess.run(
+      [sys.executable, "-m", module] + args, capture_output=True, text=True,
+      check=False, env={**os.environ, **(env or {})}, cwd=ROOT)
+
+
 def peak_rss_of_child(module: str, args: List[str],
                       env: Optional[Dict[str, str]] = None) -> Optional[int]:
   """Runs `python -m module args` (which prints `PEAK_RSS <bytes>`) in a
   fresh process from the repository root, with `env` added to the
   environment; its peak, or None if it failed."""
-  proc = subprocess.run(
-      [sys.executable, "-m", module] + args, capture_output=True, text=True,
-      check=False, env={**os.environ, **(env or {})},
-      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  proc = _run_module(module, args, env)
   lines = [l for l in proc.stdout.splitlines() if l.startswith("PEAK_RSS")]
   if proc.returncode != 0 or not lines:
     print(f"  memory {module} {args[0]} failed: {proc.stderr[-500:]}")
     return None
   return int(lines[0].split()[1])
+
+
+def print_result(result: Any) -> None:
+  """A child's last word: `result` as one JSON line for `json_of_child`."""
+  print(RESULT_PREFIX + json.dumps(result), flush=True)
+
+
+def json_of_child(module: str, args: List[str],
+                  env: Optional[Dict[str, str]] = None) -> Optional[Any]:
+  """Runs `python -m module args` in a fresh process (see `_run_module`) and
+  returns what it gave `print_result`, or None (with its stderr's tail
+  printed) if it failed.
+
+  A fresh process is what a user's first call meets: nothing traced, no
+  function cached, no kernel warmed up by an earlier case.
+  """
+  proc = _run_module(module, args, {"TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})})
+  lines = [l for l in proc.stdout.splitlines() if l.startswith(RESULT_PREFIX)]
+  if proc.returncode != 0 or not lines:
+    print(f"  child {module} {' '.join(args)} failed "
+          f"(exit {proc.returncode}): {proc.stderr[-2000:]}", flush=True)
+    return None
+  return json.loads(lines[-1][len(RESULT_PREFIX):])
 
 
 def peak_rss_of_children(module: str, arg_lists: List[List[str]],
@@ -76,17 +112,79 @@ def peak_rss_slope(module: str, name: str, jit: bool, lengths: List[int],
           "vs_state": slope / state_bytes}
 
 
-def environment() -> Dict[str, str]:
-  """TensorFlow, JAX (when installed), CPU and Python versions."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  cpu = platform.processor() or platform.machine()
+# The CPU flags that move these figures: the vector width XLA and oneDNN
+# use, and the bf16/int8 tiles (AMX) that oneDNN uses and XLA does not.
+NOTABLE_CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16",
+                     "amx_tile", "amx_bf16", "amx_int8")
+
+
+def print_table(caption: str, table: str, failed: List[str]) -> int:
+  """Prints a run's caption, its markdown table and the rows that failed;
+  the run's exit status (1 if any row failed)."""
+  print()
+  print(caption)
+  print()
+  print(table)
+  if failed:
+    print(f"\nFailed: {', '.join(failed)}")
+  return 1 if failed else 0
+
+
+def cpu_model() -> str:
+  """`lscpu`'s model name and the CPU count, e.g. "Intel(R) Xeon(R) ... x2".
+
+  Falls back to /proc/cpuinfo (the same name on x86) where lscpu is missing.
+  """
+  names = []
   try:
-    with open("/proc/cpuinfo") as f:
-      names = [l.split(":", 1)[1].strip() for l in f if l.startswith("model name")]
-    cpu = f"{names[0]} x{len(names)}" if names else cpu
+    out = subprocess.run(["lscpu"], capture_output=True, text=True,
+                         check=False, env={**os.environ, "LC_ALL": "C"}).stdout
+    names = [l.split(":", 1)[1].strip() for l in out.splitlines()
+             if l.startswith("Model name:")]
   except OSError:
     pass
-  env = {"tensorflow": tf.__version__, "cpu": cpu,
+  if not names:
+    try:
+      with open("/proc/cpuinfo") as f:
+        names = [l.split(":", 1)[1].strip() for l in f
+                 if l.startswith("model name")]
+    except OSError:
+      pass
+  if not names:
+    return platform.processor() or platform.machine()
+  return f"{names[0]} x{os.cpu_count()}"
+
+
+def cpu_flags() -> List[str]:
+  """Which of `NOTABLE_CPU_FLAGS` this CPU has: on two 2-core machines, one
+  with AVX-512 and AMX, one Keras/ours ratio was 1.61x and 1.20x."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      flags = next((l.split(":", 1)[1].split() for l in f
+                    if l.startswith("flags")), [])
+  except OSError:
+    return []
+  return [flag for flag in NOTABLE_CPU_FLAGS if flag in flags]
+
+
+def load_note() -> str:
+  """The 1-minute load average, with a warning when other processes keep
+  the machine busy: interleaving evens out a slow-down between two layers,
+  but not one between runs, and torch's spinning threads suffer most."""
+  load = os.getloadavg()[0]
+  note = f"load average {load:.2f}"
+  if load > 0.5:
+    note += (" - WARNING: other processes are busy and the figures will be "
+             "off; run on a quiet machine")
+  return note
+
+
+def environment() -> Dict[str, str]:
+  """TensorFlow, Keras, JAX (when installed), CPU and Python versions."""
+  import keras  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  env = {"tensorflow": tf.__version__, "keras": keras.__version__,
+         "cpu": cpu_model(), "cpu_flags": " ".join(cpu_flags()),
          "python": platform.python_version()}
   try:
     import jax  # pylint: disable=g-import-not-at-top
@@ -105,6 +203,29 @@ def best_seconds(step: Callable[[], object], repeats: int) -> float:
     step()
     best = min(best, time.perf_counter() - start)
   return best
+
+
+def interleaved_medians(steps: Dict[str, Callable[[], object]], rounds: int,
+                        warmup: int = 1) -> Dict[str, float]:
+  """Median seconds of each step, the steps run in turn round by round.
+
+  Each round starts one step later in the order (two steps: A B, B A, A B,
+  ...), so a machine that slows down or speeds up during the run (another
+  process, frequency scaling) weighs on every step alike, and no step always
+  runs right after the same other one. `warmup` untimed calls of each step
+  first trace, compile and build its optimizer.
+  """
+  for step in steps.values():
+    for _ in range(warmup):
+      step()
+  seconds = {name: [] for name in steps}
+  names = list(steps)
+  for r in range(rounds):
+    for name in names[r % len(names):] + names[:r % len(names)]:
+      start = time.perf_counter()
+      steps[name]()
+      seconds[name].append(time.perf_counter() - start)
+  return {name: statistics.median(s) for name, s in seconds.items()}
 
 
 def jax_lstm_step(T: int, B: int, D: int, H: int, checkpoint: bool,

@@ -1,6 +1,5 @@
 """tf_recurrent.RNN / LSTM / GRU against keras.layers.RNN / LSTM / GRU."""
 
-import dataclasses
 import inspect
 
 import keras
@@ -247,46 +246,34 @@ def test_saves_and_loads_without_custom_objects(tmp_path, factory):
   np.testing.assert_allclose(loaded(x), model(x), atol=1e-6)
 
 
-@pytest.mark.parametrize("layer_name,cell_kwargs,path", [
-    ("LSTM", {}, "sequence"), ("GRU", {}, "sequence"),
-    ("SimpleRNN", {}, "built_in"),
-    ("LSTM", {"recompute": True}, "sequence"),
-    ("GRU", {"recompute": True}, "sequence"),
-    ("SimpleRNN", {"recompute": True}, "built_in"),
-    ("LSTM", {"recurrent_dropout": 0.2}, "generic"),
-    ("GRU", {"reset_after": False}, "generic"),
-    ("SimpleRNN", {"activation": "relu"}, "generic")])
+@pytest.mark.parametrize("layer_name,cell_kwargs,kind", [
+    ("LSTM", {}, "lstm"), ("GRU", {}, "gru"), ("SimpleRNN", {}, "simple_rnn"),
+    ("LSTM", {"recompute": True}, "lstm"),
+    ("SimpleRNN", {"recompute": True}, "simple_rnn"),
+    ("LSTM", {"recurrent_dropout": 0.2}, "lstm"),
+    ("GRU", {"reset_after": False}, "gru_reset_before"),
+    ("LSTM", {"recurrent_activation": "hard_sigmoid"}, None),
+    ("SimpleRNN", {"activation": "relu"}, None)])
 @pytest.mark.parametrize("masked", [False, True])
 def test_fast_path_picked_automatically(monkeypatch, layer_name, cell_kwargs,
-                                        path, masked):
-  """Plain LSTM/GRU run sequence.run, given the mask when masked; SimpleRNN
-  the op with its built-in gradient; others the generic path. With
-  recompute the op sees raw inputs."""
-  widths, sequences = [], []
+                                        kind, masked):
+  """Keras's cells with their default activations run sequence.run (given
+  the mask when masked), in every other configuration; others the op."""
+  recurrent_calls, sequences = [], []
   original_recurrent = op_lib.recurrent
   original_run = sequence_lib.run
 
-  def recording_recurrent(theta, state0, inputs, *args, **kwargs):
-    x = inputs["x"] if isinstance(inputs, dict) else inputs  # Masked: a dict.
-    widths.append(x.shape[-1])
-    return original_recurrent(theta, state0, inputs, *args, **kwargs)
+  def recording_recurrent(*args, **kwargs):
+    recurrent_calls.append(1)
+    return original_recurrent(*args, **kwargs)
 
-  def recording_run(kind, *args, recompute=False, mask=None):
+  def recording_run(kind, *args, recompute=False, mask=None, dropout=None):
     sequences.append((kind, recompute, mask is not None))
-    return original_run(kind, *args, recompute=recompute, mask=mask)
+    return original_run(kind, *args, recompute=recompute, mask=mask,
+                        dropout=dropout)
 
   monkeypatch.setattr(op_lib, "recurrent", recording_recurrent)
   monkeypatch.setattr(sequence_lib, "run", recording_run)
-  calls = []
-  cell_class = getattr(keras.layers, layer_name + "Cell")
-  spec = layers_lib.BUILT_IN_CELLS[cell_class]
-
-  def counting_grad(*args):
-    calls.append(1)
-    return spec.grad(*args)
-
-  monkeypatch.setitem(layers_lib.BUILT_IN_CELLS, cell_class,
-                      dataclasses.replace(spec, grad=counting_grad))
   layer = getattr(tf_recurrent, layer_name)(H, **cell_kwargs)
   x = tf.random.normal([B, T, D])
   mask = tf.constant([[True] * T, [True] * (T - 2) + [False] * 2,
@@ -299,21 +286,19 @@ def test_fast_path_picked_automatically(monkeypatch, layer_name, cell_kwargs,
     return tape.gradient(loss, layer.trainable_weights)
 
   assert all(g is not None for g in step(x))
-  if path == "sequence":
-    assert set(sequences) == {(layer_name.lower(),
-                               cell_kwargs.get("recompute", False), masked)}
-    assert not widths and not calls
-    return
-  assert not sequences
-  assert bool(calls) == (path != "generic")
-  if path != "generic":
-    assert set(widths) == {D if cell_kwargs.get("recompute") else
-                           spec.gates * H}
+  if kind is None:
+    assert recurrent_calls and not sequences
+  else:
+    assert set(sequences) == {(kind, cell_kwargs.get("recompute", False),
+                               masked)}
+    assert not recurrent_calls
 
 
 # The chunked loop's cases: (layer options, masked, in a Bidirectional).
 CHUNKED_CASES = {
     "plain": ({}, False, False),
+    "dropout": ({"dropout": 0.3, "recurrent_dropout": 0.25, "seed": 7}, True,
+                False),
     "masked": ({}, True, False),
     "masked_zero_output_backwards": (
         {"zero_output_for_mask": True, "go_backwards": True}, True, False),
@@ -325,23 +310,39 @@ CHUNKED_MASK = tf.constant([[0, 0, 1, 1, 0, 1], [1, 1, 1, 0, 0, 0], [0] * T,
                             [1] * T]) > 0
 
 
-@pytest.mark.parametrize("mode", ["eager", "function", "xla"])
-@pytest.mark.parametrize("name", ["LSTM", "GRU"])
-@pytest.mark.parametrize("case,recompute", [
+# The chunked layers: (class name, constructor options).
+CHUNKED_LAYERS = {"LSTM": ("LSTM", {}), "GRU": ("GRU", {}),
+                  "GRU_reset_before": ("GRU", {"reset_after": False}),
+                  "SimpleRNN": ("SimpleRNN", {})}
+
+
+CHUNKED_CASES_RUN = [
     ("plain", False), ("plain", True), ("masked", False), ("masked", True),
-    ("masked_zero_output_backwards", True), ("masked_bidirectional", False)])
+    ("dropout", False), ("dropout", True),
+    ("masked_zero_output_backwards", True), ("masked_bidirectional", False)]
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "xla"])
+@pytest.mark.parametrize("name,case,recompute", [
+    (name, case, recompute) for name in sorted(CHUNKED_LAYERS)
+    for case, recompute in CHUNKED_CASES_RUN
+    # The layers sharing the LSTM's and GRU's loops: each option once.
+    if name in ("LSTM", "GRU") or case in ("plain", "masked", "dropout")])
 def test_chunked_loop_matches_keras(monkeypatch, mode, name, case, recompute):
   """Several chunks and a partial last one (T=6 in chunks of 4); masked
-  from a non-zero initial state (but in a Bidirectional)."""
+  from a non-zero initial state (but in a Bidirectional); input and
+  recurrent dropout (per-gate masks) with the masks of Keras's seed."""
   monkeypatch.setattr(sequence_lib, "CHUNK", 4)
   options, masked, bidirectional = CHUNKED_CASES[case]
+  class_name, layer_options = CHUNKED_LAYERS[name]
+  options = {**options, **layer_options}
   x = tf.random.normal([4, T, D], seed=4)
-  ref = getattr(keras.layers, name)(H, return_sequences=True,
-                                     return_state=True, **options)
-  ours = getattr(tf_recurrent, name)(H, return_sequences=True,
-                                      return_state=True, recompute=recompute,
-                                      **options)
-  call_kwargs = {}
+  ref = getattr(keras.layers, class_name)(H, return_sequences=True,
+                                           return_state=True, **options)
+  ours = getattr(tf_recurrent, class_name)(
+      H, return_sequences=True, return_state=True, recompute=recompute,
+      **options)
+  call_kwargs = {"training": True} if "dropout" in options else {}
   if bidirectional:
     ref = keras.layers.Bidirectional(ref)
     ours = keras.layers.Bidirectional(ours)
@@ -351,6 +352,8 @@ def test_chunked_loop_matches_keras(monkeypatch, mode, name, case, recompute):
   if masked:
     call_kwargs["mask"] = CHUNKED_MASK
   build_pair(ref, ours, x, **call_kwargs)
+  if "dropout" in options:  # Fresh generators: both draw the same masks.
+    ours.cell.seed_generator.state.assign(ref.cell.seed_generator.state)
 
   def run(layer, x):
     with tf.GradientTape() as tape:
@@ -360,9 +363,12 @@ def test_chunked_loop_matches_keras(monkeypatch, mode, name, case, recompute):
                  for i, o in enumerate(tf.nest.flatten(out)))
     return out, tape.gradient(loss, [x] + layer.trainable_weights)
 
-  got = run(ours, x) if mode == "eager" else tf.function(
-      run, jit_compile=mode == "xla")(ours, x)
-  assert_close(got, run(ref, x))
+  in_mode = lambda layer: run(layer, x) if mode == "eager" else tf.function(
+      run, jit_compile=mode == "xla")(layer, x)
+  got = in_mode(ours)
+  # XLA draws other random numbers from the same seed (its own generator
+  # algorithm): with dropout, Keras runs in the same mode.
+  assert_close(got, in_mode(ref) if "dropout" in options else run(ref, x))
 
 
 def test_recompute_must_be_a_bool():

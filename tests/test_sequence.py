@@ -25,11 +25,20 @@ def short_chunks(monkeypatch):
   monkeypatch.setattr(sequence, "CHUNK", 3)
 
 
-def unrolled_lstm(x, state0, w):
+def linear(a, kernel, masks, gates):
+  """`a @ kernel`, gate g's column block reading `a * masks[g]`."""
+  if masks is None:
+    return a @ kernel
+  return tf.concat([(a * masks[g]) @ k for g, k in
+                    enumerate(tf.split(kernel, gates, axis=-1))], axis=-1)
+
+
+def unrolled_lstm(x, state0, w, dropout):
   h, c = state0
   outputs = []
   for t in range(x.shape[0]):
-    z = x[t] @ w["kernel"] + w["bias"] + h @ w["recurrent_kernel"]
+    z = (linear(x[t], w["kernel"], dropout.get("inputs"), 4) + w["bias"] +
+         linear(h, w["recurrent_kernel"], dropout.get("recurrent"), 4))
     i, f, g, o = tf.split(z, 4, axis=-1)
     c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
     h = tf.sigmoid(o) * tf.tanh(c)
@@ -37,29 +46,64 @@ def unrolled_lstm(x, state0, w):
   return tf.stack(outputs), [h, c]
 
 
-def unrolled_gru(x, state0, w):
+def unrolled_gru(x, state0, w, dropout):
   (h,) = state0
   outputs = []
   for t in range(x.shape[0]):
-    xz, xr, xh = tf.split(x[t] @ w["kernel"] + w["bias"], 3, axis=-1)
-    rz, rr, rh = tf.split(h @ w["recurrent_kernel"] + w["recurrent_bias"], 3,
-                          axis=-1)
+    xz, xr, xh = tf.split(linear(x[t], w["kernel"], dropout.get("inputs"), 3)
+                          + w["bias"], 3, axis=-1)
+    rz, rr, rh = tf.split(
+        linear(h, w["recurrent_kernel"], dropout.get("recurrent"), 3) +
+        w["recurrent_bias"], 3, axis=-1)
     z, r = tf.sigmoid(xz + rz), tf.sigmoid(xr + rr)
     h = z * h + (1.0 - z) * tf.tanh(xh + r * rh)
     outputs.append(h)
   return tf.stack(outputs), [h]
 
 
-UNROLLED = {"lstm": unrolled_lstm, "gru": unrolled_gru}
+def unrolled_gru_reset_before(x, state0, w, dropout):
+  (h,) = state0
+  rec = dropout.get("recurrent")
+  u_zr, u_h = w["recurrent_kernel"][:, :2 * H], w["recurrent_kernel"][:, 2 * H:]
+  outputs = []
+  for t in range(x.shape[0]):
+    xz, xr, xh = tf.split(linear(x[t], w["kernel"], dropout.get("inputs"), 3)
+                          + w["bias"], 3, axis=-1)
+    rz, rr = tf.split(linear(h, u_zr, None if rec is None else rec[:2], 2), 2,
+                      axis=-1)
+    z, r = tf.sigmoid(xz + rz), tf.sigmoid(xr + rr)
+    hh = tf.tanh(xh + linear(r * h, u_h, None if rec is None else rec[2:], 1))
+    h = z * h + (1.0 - z) * hh
+    outputs.append(h)
+  return tf.stack(outputs), [h]
 
 
-def unrolled(kind, x, state0, w, mask=None):
+def unrolled_simple_rnn(x, state0, w, dropout):
+  (h,) = state0
+  outputs = []
+  for t in range(x.shape[0]):
+    h = tf.tanh(linear(x[t], w["kernel"], dropout.get("inputs"), 1) +
+                w["bias"] +
+                linear(h, w["recurrent_kernel"], dropout.get("recurrent"), 1))
+    outputs.append(h)
+  return tf.stack(outputs), [h]
+
+
+UNROLLED = {"lstm": unrolled_lstm, "gru": unrolled_gru,
+            "gru_reset_before": unrolled_gru_reset_before,
+            "simple_rnn": unrolled_simple_rnn}
+KINDS = sorted(UNROLLED)
+GATES = {"lstm": 4, "gru": 3, "gru_reset_before": 3, "simple_rnn": 1}
+
+
+def unrolled(kind, x, state0, w, mask=None, dropout=None):
   """The unroll; with a `[T, B]` mask, masked steps carry the state."""
+  dropout = dropout or {}
   if mask is None:
-    return UNROLLED[kind](x, state0, w)
+    return UNROLLED[kind](x, state0, w, dropout)
   state, outputs = list(state0), []
   for t in range(x.shape[0]):
-    _, new = UNROLLED[kind](x[t:t + 1], state, w)
+    _, new = UNROLLED[kind](x[t:t + 1], state, w, dropout)
     running = mask[t][:, None]
     state = [tf.where(running, n, s) for n, s in zip(new, state)]
     outputs.append(state[0])
@@ -88,7 +132,7 @@ def mask_of(name, steps):
 
 def case(kind, steps, dtype=tf.float64, seed=0):
   rng = np.random.default_rng(seed)
-  gates = 4 if kind == "lstm" else 3
+  gates = GATES[kind]
   normal = lambda *shape: tf.constant(rng.normal(size=shape), dtype)
   w = {"kernel": normal(D, gates * H), "bias": normal(gates * H),
        "recurrent_kernel": normal(H, gates * H) * 0.5}
@@ -107,21 +151,31 @@ def loss_of(outputs, final):
                     for i, f in enumerate(final))
 
 
-def run_both(mode, kind, recompute, steps, mask_name=None):
+def dropout_masks(kind, seed, dtype=tf.float64):
+  """Per-gate dropout masks as Keras draws them (0 or 1 / keep)."""
+  rng = np.random.default_rng(seed)
+  keep = lambda width: tf.constant(
+      (rng.random([GATES[kind], B, width]) < 0.7) / 0.7, dtype)
+  return {"inputs": keep(D), "recurrent": keep(H)}
+
+
+def run_both(mode, kind, recompute, steps, mask_name=None, dropout_seed=None):
   def build(fn):
     def run(watch):
       x, state0, w = case(kind, steps)  # In the TF1 graph when there is one.
       watch([x, state0, w])
-      outputs, final = fn(x, state0, w, mask_of(mask_name, steps))
+      dropout = (None if dropout_seed is None
+                 else dropout_masks(kind, dropout_seed))
+      outputs, final = fn(x, state0, w, mask_of(mask_name, steps), dropout)
       return ([outputs, final], loss_of(outputs, final),
               tf.nest.flatten([x, state0, w]))
     return run
 
   ours = values_and_grads(mode, build(
-      lambda x, s, w, m: sequence.run(kind, x, s, w, recompute=recompute,
-                                      mask=m)))
+      lambda x, s, w, m, d: sequence.run(kind, x, s, w, recompute=recompute,
+                                         mask=m, dropout=d)))
   want = values_and_grads("eager", build(
-      lambda x, s, w, m: unrolled(kind, x, s, w, m)))
+      lambda x, s, w, m, d: unrolled(kind, x, s, w, m, d)))
   return ours, want
 
 
@@ -130,20 +184,62 @@ def run_both(mode, kind, recompute, steps, mask_name=None):
 # 7 = 3 + 3 + 1).
 STEPS_AND_MASKS = [(1, None), (3, None), (7, None), (1, "all_masked"),
                    (2, "prefix"), (5, "prefix"), (7, "holes")]
+# Every case for the LSTM and the reset-after GRU; for the cells that share
+# their loops and differ only in their step math, the edges (one step, all
+# masked, a partial last chunk with holes).
+KIND_CASES = [(kind, steps, mask_name) for kind in KINDS
+              for steps, mask_name in STEPS_AND_MASKS
+              if kind in ("lstm", "gru") or
+              (steps, mask_name) in ((1, None), (1, "all_masked"),
+                                     (7, "holes"))]
 
 
 @pytest.mark.parametrize("mode", GRAPH_MODES)
-@pytest.mark.parametrize("kind", ["lstm", "gru"])
 @pytest.mark.parametrize("recompute", [False, True],
                          ids=["keep_gates", "recompute"])
-@pytest.mark.parametrize("steps,mask_name", STEPS_AND_MASKS)
+@pytest.mark.parametrize("kind,steps,mask_name", KIND_CASES)
 def test_matches_float64_unroll(mode, kind, recompute, steps, mask_name):
   ours, want = run_both(mode, kind, recompute, steps, mask_name)
   for got, expected in zip(tf.nest.flatten(ours), tf.nest.flatten(want)):
     np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("kind", ["lstm", "gru"])
+@pytest.mark.parametrize("mode", GRAPH_MODES)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("recompute", [False, True],
+                         ids=["keep_gates", "recompute"])
+@pytest.mark.parametrize("steps,mask_name", [(7, "holes")])
+def test_per_gate_dropout_matches_unroll(mode, kind, recompute, steps,
+                                         mask_name):
+  ours, want = run_both(mode, kind, recompute, steps, mask_name,
+                        dropout_seed=3)
+  for got, expected in zip(tf.nest.flatten(ours), tf.nest.flatten(want)):
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("recompute", [False, True],
+                         ids=["keep_gates", "recompute"])
+def test_fused_float32_lstm_gradient_matches_float64(mode, recompute):
+  """The TF executor's fused LSTM gradient (float32) against the unroll."""
+  def build(dtype, fn):
+    def run(watch):
+      x, state0, w = tf.nest.map_structure(lambda t: tf.cast(t, dtype),
+                                           case("lstm", 7, seed=4))
+      watch([x, state0, w])
+      outputs, final = fn(x, state0, w)
+      return [outputs, final], loss_of(outputs, final), [x, state0, w]
+    return run
+
+  got = values_and_grads(mode, build(tf.float32, lambda x, s, w: sequence.run(
+      "lstm", x, s, w, recompute=recompute, mask=mask_of("holes", 7))))
+  want = values_and_grads("eager", build(tf.float64, lambda x, s, w: unrolled(
+      "lstm", x, s, w, mask_of("holes", 7))))
+  for a, b in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
+    np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("recompute", [False, True],
                          ids=["keep_gates", "recompute"])
 @pytest.mark.parametrize("mask_name", [None, "holes"])
@@ -161,7 +257,7 @@ def test_numerical_gradients(kind, recompute, mask_name):
   assert_numerical_gradients(loss, [x] + state0 + [w[k] for k in names])
 
 
-@pytest.mark.parametrize("kind", ["lstm", "gru"])
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("mask_name", [None, "holes"])
 def test_time_unknown_when_traced(kind, mask_name):
   """T known only at run time: the chunk grid is computed in the graph."""
@@ -193,7 +289,7 @@ def test_time_unknown_when_traced(kind, mask_name):
 
 
 @pytest.mark.parametrize("mode", ["function", "xla"])
-@pytest.mark.parametrize("kind", ["lstm", "gru"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_bfloat16_inputs_float32_weights(mode, kind):
   """Mixed precision: bfloat16 math, weight gradients in float32."""
   x, state0, w = case(kind, 7, dtype=tf.float32, seed=2)
@@ -209,7 +305,7 @@ def test_bfloat16_inputs_float32_weights(mode, kind):
 
   def reference(watch):
     watch(w)
-    outputs, final = UNROLLED[kind](x, state0, w)
+    outputs, final = UNROLLED[kind](x, state0, w, {})
     return outputs, loss_of(outputs, final), w
 
   _, got_grads = values_and_grads(mode, run)
@@ -236,7 +332,7 @@ def test_chunk_grid():
     max_examples=12, deadline=None,
     # short_chunks restores CHUNK once after all examples; each sets its own.
     suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture])
-@hypothesis.given(kind=st.sampled_from(["lstm", "gru"]), steps=st.integers(1, 9),
+@hypothesis.given(kind=st.sampled_from(KINDS), steps=st.integers(1, 9),
                   chunk=st.integers(1, 5), recompute=st.booleans(),
                   masked=st.booleans(), seed=st.integers(0, 2**16))
 def test_any_length_and_chunk_matches_unroll(kind, steps, chunk, recompute,

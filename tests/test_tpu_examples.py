@@ -1,5 +1,6 @@
 """The tpu_examples jobs: the TPU step under XLA, replicas agree with one
-device, two workers end equal, a killed job resumes, the char LM runs."""
+device, two workers end equal, a killed job resumes, the char LM runs and
+its TFLite models compute what its SavedModel does."""
 
 import json
 import os
@@ -12,8 +13,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import tflite_unavailable_reason
+from tf_recurrent import tflite
 from tpu_examples import strategy as strategy_lib
 from tpu_examples import train_adding
+from tpu_examples import train_char_lm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = dict(hidden=8, seed=3, learning_rate=1e-2, global_batch=8)
@@ -159,27 +163,81 @@ def test_killed_job_resumes_without_losing_steps(tmp_path):
     np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-7)
 
 
-def test_char_lm_trains_logs_exports_and_samples(tmp_path):
-  corpus = tmp_path / "corpus.txt"
+@pytest.fixture(scope="module")
+def char_lm(tmp_path_factory):
+  """One small char-LM job, exported (with TFLite models where the converter
+  works): `(its output, its directory)`."""
+  path = tmp_path_factory.mktemp("char_lm")
+  corpus = path / "corpus.txt"
   corpus.write_text("the quick brown fox jumps over the lazy dog. " * 400)
   job = run_job("tpu_examples.train_char_lm", f"--corpus={corpus}",
                 "--steps=4", "--steps_per_call=2", "--log_every=2",
-                "--seq_len=16", "--hidden=16", "--embedding=8", "--batch=4",
-                "--eval_windows=4", "--sample_chars=20", "--prompt=the ",
-                f"--model_dir={tmp_path / 'run'}",
-                f"--export_dir={tmp_path / 'export'}")
+                f"--seq_len={SEQ_LEN}", "--hidden=16", "--embedding=8",
+                "--batch=4", "--eval_windows=4", "--sample_chars=20",
+                "--prompt=the ", f"--model_dir={path / 'run'}",
+                f"--export_dir={path / 'export'}",
+                f"--tflite={tflite_unavailable_reason() is None}")
   out = job.communicate(timeout=600)[0]
   assert job.returncode == 0, out[-3000:]
+  return out, path
+
+
+def test_char_lm_trains_logs_exports_and_samples(char_lm):
+  out, path = char_lm
   bpc = float(out.split("held-out bits per character ")[1].split()[0])
   assert 0 < bpc < 8.5
   sample = out.split("sample:\n")[1]
   assert sample.startswith("the ") and len(sample.encode()) >= 24
-  loaded = tf.saved_model.load(str(tmp_path / "export"))
+  loaded = tf.saved_model.load(str(path / "export"))
   state = loaded.signatures["initial_state"](batch_size=tf.constant(2))
   step = loaded.signatures["step"](inputs=tf.constant([1, 2]), **state)
   assert step["output"].shape == [2, 256]
   tags = set()
-  for path in tf.io.gfile.glob(str(tmp_path / "run" / "logs" / "*")):
-    for event in tf.compat.v1.train.summary_iterator(path):
+  for log in tf.io.gfile.glob(str(path / "run" / "logs" / "*")):
+    for event in tf.compat.v1.train.summary_iterator(log):
       tags.update(v.tag for v in event.summary.value)
   assert {"train_bpc", "held_out_bpc", "steps_per_sec"} <= tags
+
+
+def cell_clips(flatbuffer):
+  """The `cell_clip` of each fused LSTM op of a TFLite model."""
+  from tensorflow.lite.python import schema_py_generated as schema  # pylint: disable=g-import-not-at-top
+  model = schema.ModelT.InitFromPackedBuf(bytearray(flatbuffer), 0)
+  return [op.builtinOptions.cellClip for subgraph in model.subgraphs
+          for op in subgraph.operators or []
+          if isinstance(op.builtinOptions,
+                        schema.UnidirectionalSequenceLSTMOptionsT)]
+
+
+def test_char_lm_tflite_models_match_the_saved_model(tflite_converter,
+                                                     char_lm):
+  """sequence.tflite's logits are the SavedModel's; step.tflite fed one token
+  at a time reproduces them; builtin ops only, the LSTM fused."""
+  del tflite_converter  # Skips where TFLite converts no Keras model.
+  out, path = char_lm
+  flatbuffers = {name: (path / "export" / f"{name}.tflite").read_bytes()
+                 for name in ("step", "sequence")}
+  ops = {name: tflite.op_names(f) for name, f in flatbuffers.items()}
+  for names in ops.values():
+    assert not [n for n in names if n.startswith("Flex")], names
+    assert "WHILE" not in names, names
+  assert ops["sequence"].count("UNIDIRECTIONAL_SEQUENCE_LSTM") == 1
+  # Four training steps keep |c| far below 10: see the clip is off instead.
+  assert cell_clips(flatbuffers["sequence"]) == [0.0]
+  runners = {name: train_char_lm.tflite_runner(f)
+             for name, f in flatbuffers.items()}
+  assert runners["sequence"].get_input_details()["inputs"]["shape"].tolist(
+      ) == [1, SEQ_LEN]
+  text = (path / "corpus.txt").read_bytes()[7:7 + SEQ_LEN]
+  tokens = np.frombuffer(text, np.uint8).astype(np.int32)
+  saved = tf.saved_model.load(str(path / "export"))
+  expected = saved.signatures["serving_default"](
+      inputs=tf.constant(tokens[None]))["output"][0].numpy()
+  whole = runners["sequence"](inputs=tokens[None])["output"][0]
+  np.testing.assert_allclose(whole, expected, rtol=0, atol=1e-5)
+  stepped = train_char_lm.step_through(runners["step"], tokens)
+  np.testing.assert_allclose(stepped, whole, rtol=0, atol=1e-5)
+  table = out.split("| model | bytes | us per token | max logit error |")[1]
+  for row in ("step.tflite", f"sequence.tflite (T={SEQ_LEN})",
+              "step.tflite, dynamic range", "SavedModel step (TensorFlow)"):
+    assert f"| {row} |" in table, table

@@ -29,11 +29,14 @@ from tf_recurrent.layers import RNN
 from tf_recurrent.layers import SimpleRNN
 from tf_recurrent.op import Recurrent
 from tf_recurrent.op import recurrent
+from tf_recurrent.peephole import PeepholeLSTM
+from tf_recurrent.peephole import PeepholeLSTMCell
 from tf_recurrent.serving import StreamingModule
 from tf_recurrent.serving import export as export_saved_model
 
 __all__ = ["recurrent", "Recurrent", "bidirectional", "step_seed", "RNN", "LSTM", "GRU",
-           "SimpleRNN", "ConvLSTM2D", "StreamingModule", "export_saved_model",
+           "SimpleRNN", "ConvLSTM2D", "PeepholeLSTM", "PeepholeLSTMCell",
+           "StreamingModule", "export_saved_model",
            "lingvo", "contrib", "dynamic_rnn", "bidirectional_dynamic_rnn",
            "raw_rnn", "tflite"]
 __version__ = "0.1.0"

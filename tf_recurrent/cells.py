@@ -58,6 +58,35 @@ def project_inputs(inputs: Tensor, kernel: Tensor, bias: Tensor) -> Tensor:
   return out
 
 
+# The equations, one home for them: the op's steps below and the layers'
+# chunked loops (`tf_recurrent.sequence`) both read these.
+
+
+def lstm_state(i: Tensor, f: Tensor, g: Tensor, o: Tensor,
+               c: Tensor) -> Tuple[Tensor, Tensor]:
+  """`(c1, h1)` of an LSTM step from its gate activations and c."""
+  c1 = f * c + i * g
+  return c1, o * tf.tanh(c1)
+
+
+def lstm_gate_grads(i, f, g, o, c_prev, tanh_c1, dh1, dc1):
+  """An LSTM step's pre-activation gradients `(dzi, dzf, dzg, dzo)` and the
+  gradient of c1 (the carried one plus the one through h1)."""
+  dc = dc1 + tf.raw_ops.TanhGrad(y=tanh_c1, dy=dh1 * o)
+  return (tf.raw_ops.SigmoidGrad(y=i, dy=dc * g),
+          tf.raw_ops.SigmoidGrad(y=f, dy=dc * c_prev),
+          tf.raw_ops.TanhGrad(y=g, dy=dc * i),
+          tf.raw_ops.SigmoidGrad(y=o, dy=dh1 * tanh_c1)), dc
+
+
+def gru_gate_grads(z, r, hh, rh, h_prev, dh):
+  """A reset-after GRU step's pre-activation gradients `(dz, dr, dhh)`
+  (`rh`: the recurrent h-block `h U_h + b_h` the reset gate scales)."""
+  dhh = tf.raw_ops.TanhGrad(y=hh, dy=dh * (1.0 - z))
+  return (tf.raw_ops.SigmoidGrad(y=z, dy=dh * (h_prev - hh)),
+          tf.raw_ops.SigmoidGrad(y=r, dy=dhh * rh), dhh)
+
+
 def lstm_step(theta: Dict[str, Tensor], state: Dict[str, Tensor],
               projected: Tensor) -> Tuple[Dict[str, Tensor], Dict[str, Tensor]]:
   """One LSTM step on projected inputs: a `cell_fn` for `recurrent`.
@@ -88,8 +117,7 @@ def lstm_step(theta: Dict[str, Tensor], state: Dict[str, Tensor],
   zi, zf, zg, zo = tf.split(z, 4, axis=-1)
   i, f, o = tf.sigmoid(zi), tf.sigmoid(zf), tf.sigmoid(zo)
   g = tf.tanh(zg)
-  c = f * state["c"] + i * g
-  h = o * tf.tanh(c)
+  c, h = lstm_state(i, f, g, o, state["c"])
   return {"h": h, "c": c}, {"gates": tf.concat([i, f, g, o], axis=-1)}
 
 
@@ -109,16 +137,11 @@ def lstm_grad(theta: Dict[str, Tensor], state0: Dict[str, Tensor],
   TensorShape([1, 8])
   """
   i, f, g, o = tf.split(extras["gates"], 4, axis=-1)
-  c1 = f * state0["c"] + i * g
+  c1, _ = lstm_state(i, f, g, o, state0["c"])
   tanh_c1 = tf.tanh(c1)
-  dh1, dc1 = dstate1["h"], dstate1["c"]
-  dc = dc1 + dh1 * o * (1.0 - tf.square(tanh_c1))
-  dz = tf.concat([
-      dc * g * i * (1.0 - i),
-      dc * state0["c"] * f * (1.0 - f),
-      dc * i * (1.0 - tf.square(g)),
-      dh1 * tanh_c1 * o * (1.0 - o),
-  ], axis=-1)
+  (dzi, dzf, dzg, dzo), dc = lstm_gate_grads(
+      i, f, g, o, state0["c"], tanh_c1, dstate1["h"], dstate1["c"])
+  dz = tf.concat([dzi, dzf, dzg, dzo], axis=-1)
   kernel = _compute(theta["recurrent_kernel"], dz)
   dtheta = {"recurrent_kernel": _like(
       tf.matmul(state0["h"], dz, transpose_a=True), theta["recurrent_kernel"])}
@@ -179,9 +202,7 @@ def gru_grad(theta: Dict[str, Tensor], state0: Dict[str, Tensor],
   z, r, hh, rh = tf.split(extras["gates"], 4, axis=-1)
   h0 = state0["h"]
   dh = dstate1["h"]
-  dhh_pre = dh * (1.0 - z) * (1.0 - tf.square(hh))
-  dz_pre = dh * (h0 - hh) * z * (1.0 - z)
-  dr_pre = dhh_pre * rh * r * (1.0 - r)
+  dz_pre, dr_pre, dhh_pre = gru_gate_grads(z, r, hh, rh, h0, dh)
   dprojected = tf.concat([dz_pre, dr_pre, dhh_pre], axis=-1)
   drecurrent = tf.concat([dz_pre, dr_pre, dhh_pre * r], axis=-1)
   kernel = _compute(theta["recurrent_kernel"], dh)
@@ -238,7 +259,7 @@ def simple_rnn_grad(theta: Dict[str, Tensor], state0: Dict[str, Tensor],
   >>> dx.shape
   TensorShape([1, 2])
   """
-  dpre = dstate1["h"] * (1.0 - tf.square(extras["h"]))
+  dpre = tf.raw_ops.TanhGrad(y=extras["h"], dy=dstate1["h"])
   kernel = _compute(theta["recurrent_kernel"], dpre)
   dtheta = {"recurrent_kernel": _like(
       tf.matmul(state0["h"], dpre, transpose_a=True),

@@ -8,15 +8,17 @@ dropout-mask setup, `get_config`, saving) is Keras's own, so swapping
 `keras.layers.LSTM` for `tf_recurrent.LSTM` changes nothing but the loop and
 its memory.
 
-Plain LSTMCell and GRUCell configurations, masked or not, run their own
-chunked loop pair (`tf_recurrent.sequence`: one sequential GEMM per step
-each way, the weight gradients batched per chunk of steps); a plain
-SimpleRNNCell takes the built-in step of `tf_recurrent.cells` on the op
-(hand-written gradient, input projection hoisted out of the loop). With
-`recompute=True` the gates are rebuilt in the backward pass instead of
-kept. Any other cell (a ConvLSTM cell, a cell with recurrent dropout, a
-user's cell) runs as it is, recomputed step by step in the backward pass,
-its weights getting gradients through the op's captured-variable support.
+Keras's LSTMCell, GRUCell (either `reset_after`) and SimpleRNNCell with
+their default activations run their own chunked loop pair
+(`tf_recurrent.sequence`: one sequential GEMM per step each way, two for a
+`reset_after=False` GRU, the input projection and weight gradients batched
+per chunk of steps, a hand-written gradient), in every configuration:
+masks, input and recurrent dropout, `go_backwards`, initial and stateful
+states. With `recompute=True` the gates are rebuilt in the backward pass
+instead of kept. Any other cell (a ConvLSTM cell, another activation, a
+user's cell) runs as it is on `tf_recurrent.recurrent`, recomputed step by
+step in the backward pass, its weights getting gradients through the op's
+captured-variable support.
 
 Options a user sets are honoured or refused, never dropped: `unroll=True`
 runs Keras's own unrolled loop; `use_cudnn=True` (LSTM, GRU) runs Keras's
@@ -28,13 +30,12 @@ Keras's, the layers keep `use_cudnn` in `get_config`.
 """
 
 import dataclasses
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional
 
 import keras
 from keras.src import backend as keras_backend
 import tensorflow as tf
 
-from tf_recurrent import cells
 from tf_recurrent import masks
 from tf_recurrent import op
 from tf_recurrent import sequence
@@ -74,61 +75,47 @@ def _variable_dtype_value(variable) -> tf.Tensor:
 
 @dataclasses.dataclass(frozen=True)
 class BuiltInCell:
-  """A Keras cell class the layers run with a built-in step and gradient.
+  """A Keras cell class the layers run on the chunked loop pair.
 
   Attributes:
-    step: The `cell_fn` on projected inputs (`cells.lstm_step`, ...).
-    grad: Its hand-written `cell_grad`.
-    gates: Width of the projection in units (4 for an LSTM).
-    state_keys: The op's state keys, in the order of Keras's states.
-    plain: Attribute values the cell must have (activations, options).
-    bias_rows: Rows of Keras's bias (2 for GRU's input and recurrent bias).
-    sequence: The kind of `tf_recurrent.sequence` loop run, masked or not
-      ("lstm", "gru"), or None: the op with step and grad.
+    kind: The cell's `tf_recurrent.sequence` kind, given the cell.
+    plain: Attribute values the cell must have (its activations).
   """
-  step: Callable[..., Any]
-  grad: Callable[..., Any]
-  gates: int
-  state_keys: Tuple[str, ...]
+  kind: Callable[[Any], str]
   plain: Dict[str, Any]
-  bias_rows: Optional[int] = None
-  sequence: Optional[str] = None
-
-  def split_weights(self, recurrent_kernel, bias):
-    """(theta of the step, the bias of the input projection)."""
-    theta = {"recurrent_kernel": recurrent_kernel}
-    if self.bias_rows is None:
-      return theta, bias
-    theta["recurrent_bias"] = bias[1]
-    return theta, bias[0]
 
 
-# The cells with built-in steps, by Keras cell class (the exact class: a
-# subclass may compute something else).
+_KERAS_GATES = {"activation": keras.activations.tanh,
+                "recurrent_activation": keras.activations.sigmoid}
+
+# The cells run by `tf_recurrent.sequence`, by Keras cell class (the exact
+# class: a subclass may compute something else). `tf_recurrent.peephole`
+# adds its PeepholeLSTMCell ("peephole_lstm").
 BUILT_IN_CELLS = {
-    keras.layers.LSTMCell: BuiltInCell(
-        cells.lstm_step, cells.lstm_grad, 4, ("h", "c"),
-        {"activation": keras.activations.tanh,
-         "recurrent_activation": keras.activations.sigmoid,
-         "recurrent_dropout": 0.0}, sequence="lstm"),
+    keras.layers.LSTMCell: BuiltInCell(lambda cell: "lstm", _KERAS_GATES),
     keras.layers.GRUCell: BuiltInCell(
-        cells.gru_step, cells.gru_grad, 3, ("h",),
-        {"activation": keras.activations.tanh,
-         "recurrent_activation": keras.activations.sigmoid,
-         "recurrent_dropout": 0.0, "reset_after": True}, bias_rows=2,
-        sequence="gru"),
+        lambda cell: "gru" if cell.reset_after else "gru_reset_before",
+        _KERAS_GATES),
     keras.layers.SimpleRNNCell: BuiltInCell(
-        cells.simple_rnn_step, cells.simple_rnn_grad, 1, ("h",),
-        {"activation": keras.activations.tanh, "recurrent_dropout": 0.0}),
+        lambda cell: "simple_rnn", {"activation": keras.activations.tanh}),
 }
 
 
-def _built_in(cell) -> Optional[BuiltInCell]:
+def _built_in(cell) -> Optional[str]:
+  """The sequence kind of a plain built-in cell, or None."""
   spec = BUILT_IN_CELLS.get(type(cell))
   if spec is None or any(getattr(cell, k, None) != v
                          for k, v in spec.plain.items()):
     return None
-  return spec
+  return spec.kind(cell)
+
+
+def _gate_masks(mask) -> Optional[tf.Tensor]:
+  """A Keras cell's dropout mask as `[gates, B, F]`: its per-gate list
+  (`implementation=1`), or one mask for every gate."""
+  if mask is None:
+    return None
+  return tf.stack(mask) if isinstance(mask, (list, tuple)) else mask[None]
 
 
 class _DropoutMasks:
@@ -164,13 +151,11 @@ class _RecurrentLoop:
 
   Adds one constructor argument to Keras's: `recompute` (default False).
   False keeps, per time step, what the backward pass of a plain
-  LSTM/GRU/SimpleRNN cell reads (the gate activations; for SimpleRNN also
-  the projected inputs): the fastest gradient. True keeps
-  only the state (for an LSTM/GRU, only the outputs) and rebuilds
-  the gates in the backward pass: for an LSTM at H=512 1.5x (XLA) / 2.4x
-  (TF) the state's bytes per step instead of 3.3x / 4.8x, for 1.2-1.5x the
-  time (benchmarks/RESULTS.md). Other cells always recompute (their
-  gradient is autodiff of the cell, per step).
+  LSTM/GRU/SimpleRNN cell reads besides the outputs (an LSTM's gate
+  activations and c, a GRU's gates; a SimpleRNN nothing): the fastest
+  gradient. True keeps only the outputs and rebuilds the gates per chunk
+  in the backward pass, for more time (benchmarks/RESULTS.md). Other cells
+  always recompute (their gradient is autodiff of the cell, per step).
   """
 
   def _set_recompute(self, recompute: bool):
@@ -217,9 +202,8 @@ class _RecurrentLoop:
     _check_initial_state(self, initial_state)
     if tflite.takes_inference_path(training, sequences):
       # A graph nothing differentiates: loops TFLite converts (tflite.py).
-      spec = _built_in(self.cell)
       return tflite.inner_loop(self, sequences, x, initial_state, mask,
-                               spec is not None and spec.sequence == "lstm")
+                               _built_in(self.cell) == "lstm")
     fast = self._fast_loop(x, initial_state, mask, training)
     if fast is not None:
       outputs, final_states, last_output = fast
@@ -273,67 +257,63 @@ class _RecurrentLoop:
     return acc["output"], list(final["cell"]), final["output"]
 
   def _fast_loop(self, x, initial_state, mask, training):
-    """A plain built-in cell: its step with its hand-written gradient."""
+    """A plain built-in cell on `tf_recurrent.sequence`'s chunked loops:
+    (outputs, final states, last output), or None for any other cell."""
     cell = self.cell
-    spec = _built_in(cell)
-    if spec is None or tf.nest.is_nested(x):
+    kind = _built_in(cell)
+    if kind is None or tf.nest.is_nested(x):
       return None
     dtype = cell.compute_dtype
     x = tf.cast(x, dtype)
-    if training and 0 < cell.dropout < 1:
-      # Keras applies one input-dropout mask, drawn per sequence, to all
-      # gates; it was drawn before the loop (RNN.call).
-      x = x * tf.cast(cell.get_dropout_mask(x[0]), dtype)
-    # The weights stay in their variable dtype: under a mixed precision
-    # policy the steps cast them, and the op sums their gradients over the
-    # steps in float32.
-    kernel = _variable_dtype_value(cell.kernel)
-    recurrent_kernel = _variable_dtype_value(cell.recurrent_kernel)
-    width = spec.gates * cell.units
-    bias = (_variable_dtype_value(cell.bias) if cell.use_bias else tf.zeros(
-        [width] if spec.bias_rows is None else [spec.bias_rows, width],
-        recurrent_kernel.dtype))
-    theta, input_bias = spec.split_weights(recurrent_kernel, bias)
     state0 = [tf.cast(s, dtype) for s in initial_state]
-    if spec.sequence is not None:
-      # The chunked loop pair with batched weight gradients (sequence.py);
-      # a masked step carries the state, and its row is the carried h.
-      carried, final = sequence.run(
-          spec.sequence, x, state0,
-          {"kernel": kernel, "bias": input_bias, **theta},
-          recompute=self.recompute, mask=mask)
-    else:
-      carried, final = self._op_loop(spec, x, state0, mask, theta, kernel,
-                                     input_bias)
+    # Keras drew the sequence's dropout masks before the loop (RNN.call):
+    # one input mask for all gates, or with `implementation=1` (which
+    # recurrent dropout implies) one per gate for the inputs and for h.
+    dropout = {}
+    if training and 0 < cell.dropout < 1:
+      input_mask = cell.get_dropout_mask(x[0])
+      if isinstance(input_mask, (list, tuple)):
+        dropout["inputs"] = _gate_masks(input_mask)
+      else:
+        x = x * tf.cast(input_mask, dtype)
+    if training and 0 < cell.recurrent_dropout < 1:
+      dropout["recurrent"] = _gate_masks(
+          cell.get_recurrent_dropout_mask(state0[0]))
+    # A call no tape records (predict, evaluate, a serving signature) keeps
+    # nothing per step; `tf.gradients` of its graph still gets the right
+    # gradient, recomputed.
+    recompute = self.recompute or tflite.no_tape_records(training)
+    carried, final = sequence.run(
+        kind, x, state0, self._sequence_weights(kind), recompute=recompute,
+        mask=mask, dropout=dropout)
     if mask is None:
       return carried, final, carried[-1]
-    # Keras emits the previous output at a masked step (zeros before the
-    # first unmasked one), or zeros with zero_output_for_mask.
+    # A masked step's row is the carried h; Keras emits the previous output
+    # (zeros before the first unmasked step), or zeros with
+    # zero_output_for_mask.
     emitted = mask if self.zero_output_for_mask else tf.cast(
         tf.cumsum(tf.cast(mask, tf.int32), axis=0), tf.bool)
     outputs = tf.where(emitted[:, :, None], carried, tf.zeros_like(carried))
     return outputs, final, outputs[-1]
 
-  def _op_loop(self, spec, x, state0, mask, theta, kernel, input_bias):
-    """SimpleRNN's built-in step on the op: (carried h rows, final state)."""
-    step, grad = spec.step, spec.grad
-    if self.recompute:
-      theta = {"cell": theta, "kernel": kernel, "bias": input_bias}
-      step, grad = cells.recomputing(step, grad)
-      inputs = x
+  def _sequence_weights(self, kind):
+    """The cell's weights as `sequence.run` takes them, in their variable
+    dtype: under a mixed precision policy the loops cast them and sum their
+    gradients in float32."""
+    cell = self.cell
+    weights = {"kernel": _variable_dtype_value(cell.kernel),
+               "recurrent_kernel": _variable_dtype_value(cell.recurrent_kernel)}
+    width = weights["recurrent_kernel"].shape[-1]
+    bias_shape = [2, width] if kind == "gru" else [width]
+    bias = (_variable_dtype_value(cell.bias) if cell.use_bias
+            else tf.zeros(bias_shape, weights["kernel"].dtype))
+    if kind == "gru":  # Keras's [input bias, recurrent bias] rows.
+      weights["bias"], weights["recurrent_bias"] = bias[0], bias[1]
     else:
-      inputs = cells.project_inputs(x, tf.cast(kernel, x.dtype),
-                                    tf.cast(input_bias, x.dtype))
-    state0 = dict(zip(spec.state_keys, state0))
-    # Only h is read per step (a state leaf other than h gets no gradient
-    # tensor).
-    per_step = {key: key == "h" for key in spec.state_keys}
-    if mask is not None:
-      step, grad = cells.masked(step, grad)
-      inputs = {"x": inputs, "mask": mask}
-    acc, final = op.recurrent(theta, state0, inputs, step, grad,
-                              accumulate_state=per_step)
-    return acc["h"], [final[key] for key in spec.state_keys]
+      weights["bias"] = bias
+    if kind == "peephole_lstm":
+      weights["peephole"] = _variable_dtype_value(cell.peephole)
+    return weights
 
 
 def _keras_arguments(arguments: Dict[str, Any]) -> Dict[str, Any]:
@@ -423,9 +403,10 @@ class LSTM(_RecurrentLoop, keras.layers.LSTM):
 class GRU(_RecurrentLoop, keras.layers.GRU):
   """`keras.layers.GRU` on `tf_recurrent.recurrent` with a hand-written gradient.
 
-  Takes the arguments of `keras.layers.GRU`, plus `recompute` (the built-in
-  step needs `reset_after=True`, Keras's default). `use_cudnn` and `unroll`
-  as for `LSTM` (Keras's cuDNN GRU also needs `reset_after=True`).
+  Takes the arguments of `keras.layers.GRU`, plus `recompute`. Both
+  `reset_after` settings run the chunked loop (`reset_after=False` with two
+  sequential GEMMs per step each way). `use_cudnn` and `unroll` as for
+  `LSTM` (Keras's cuDNN GRU also needs `reset_after=True`).
 
   Example:
 
@@ -456,9 +437,10 @@ class GRU(_RecurrentLoop, keras.layers.GRU):
 class SimpleRNN(_RecurrentLoop, keras.layers.SimpleRNN):
   """`keras.layers.SimpleRNN` on `tf_recurrent.recurrent`, hand-written gradient.
 
-  Takes the arguments of `keras.layers.SimpleRNN`, plus `recompute`. The
-  built-in step needs the tanh activation (Keras's default) and no
-  recurrent dropout; other configurations run the cell as it is.
+  Takes the arguments of `keras.layers.SimpleRNN`, plus `recompute`. With
+  the tanh activation (Keras's default) it runs the chunked loop, keeping
+  nothing per step but its outputs; another activation runs the cell as it
+  is.
 
   Example:
 

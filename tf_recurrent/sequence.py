@@ -1,42 +1,50 @@
-"""The LSTM and GRU layers' own training loop: chunked, weight gradients batched.
+"""The built-in layers' own training loop: chunked, weight gradients batched.
 
 `tf_recurrent.recurrent` sums a step's theta gradient inside the reverse
 loop, so its backward step runs two sequential GEMMs (`dz @ U^T` and
 `h^T @ dz`), and its per-step rows hold the projected inputs and their
-gradient over the whole sequence. For the built-in LSTM and GRU the layers
-run this loop pair instead:
+gradient over the whole sequence. For Keras's LSTM, GRU (both `reset_after`
+settings) and SimpleRNN cells the layers run this loop pair instead; the
+cells' math is in the `_Cell` classes below, their shared equations in
+`tf_recurrent.cells`:
 
 * Time is cut into chunks of `CHUNK` steps. Per chunk the forward pass
   projects the chunk's inputs with one GEMM over `CHUNK * B` rows, then runs
-  the chunk's steps; the only sequential GEMM of a step is `h @ U`.
+  the chunk's steps; the only sequential GEMM of a step is `h @ U` (a
+  `reset_after=False` GRU has a second, `(r * h) @ U_h`).
 * The backward pass walks the chunks last to first. Per step it runs one
   GEMM, `dz @ U^T` (U^T transposed once, before the loop), and writes dz into
   a chunk-sized buffer; after the chunk's steps the weight gradients
   (`h_prev^T dz`, `x^T dz`, the bias sums) and the input gradient
   (`dz @ W^T`) are single GEMMs over the chunk. No `[T, B, 4H]` projection
   or dz lives across the sequence.
-* What is kept per step (a `_Cell`'s `kept`): by default the gate
-  activations, 4H wide (an LSTM's c is rebuilt per chunk from the chunk's
-  entry c and the gates, elementwise, and h_prev as `o * tanh(c)`; a GRU's
-  h_prev is read from the outputs). With `recompute=True` nothing but the
-  outputs: the backward pass rebuilds a chunk's gates with two GEMMs over
-  the chunk (its projected inputs and `h_prev @ U`), not step by step.
+* What is kept per step (a `_Cell`'s `kept`) besides the outputs (h, which
+  the backward pass reads back): an LSTM's gate activations and c, a GRU's
+  gates, a SimpleRNN nothing. Gates are kept gate-major, `[gates, B, H]`,
+  so that a step reads each as an aliased slice of the buffer, not a copy.
+  With `recompute=True` nothing but the outputs: the backward pass rebuilds
+  a chunk's gates with two GEMMs over the chunk (its projected inputs and
+  `h_prev @ U`), not step by step. A call no tape records (inference)
+  keeps nothing either (the layers pass `recompute=True`).
+* In the TF executor the LSTM's backward step is one fused
+  `LSTMBlockCellGrad` kernel (gate order `[i, c, f, o]` inside the loops),
+  where its ~20 elementwise ops each made a pass over `[B, H]` rows.
 * Masks (Keras's semantics, any `[T, B]` pattern): a masked step computes
   its state as usual, then carries the old one (`_carry_where_masked`); its
-  outputs row is the carried h. Backward, a masked step's dz row is zero
-  and the state gradient passes straight through, so the chunk's weight
-  and input gradients need no change (zero rows add nothing). The cells
-  see the mask in one place: an LSTM's c rebuild carries c through masked
-  steps (f = 1, i * g = 0), and its h_prev is read from the outputs, since
-  a carried h is not `o * tanh(c)`. Nothing more is kept per step.
-* The kept rows are written per chunk as one `[CHUNK, B, width]` block of a
-  dense buffer, in place (`accumulators.InPlaceBlocks`): a few large
-  writes, and a tensor the gradient function may capture (SavedModel cannot
-  save one capturing a TensorList).
+  rows are the carried state. Backward, a masked step's dz row is zero and
+  the state gradient passes straight through, so the chunk's weight and
+  input gradients need no change (zero rows add nothing).
+* Dropout (Keras's `implementation=1` per-gate masks, which recurrent
+  dropout implies): each gate's block of a kernel reads its own masked
+  copy of x or h (`_Linear`), the same mask every step.
+* The kept rows are written per step straight into one dense buffer for
+  the whole call, in place (`accumulators.InPlaceBlocks`): no per-chunk
+  stacking, and a tensor the gradient function may capture (SavedModel
+  cannot save one capturing a TensorList).
 
 The last chunk may be partial: it still reads `CHUNK` input rows (clamped to
-the last one), runs only the steps up to T, and its unwritten rows are zeros,
-so they add nothing to the weight gradients.
+the last one), runs only the steps up to T, and its unwritten dz rows are
+zeros, so they add nothing to the weight gradients.
 
 Mixed precision: the weights may be float32 while inputs and states are
 bfloat16 or float16; the step math runs in the inputs' dtype and the weight
@@ -49,6 +57,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from tf_recurrent import accumulators
+from tf_recurrent import cells
 from tf_recurrent import masks
 from tf_recurrent import tracing
 
@@ -64,15 +73,33 @@ CHUNK = 50
 _CHUNKS_IN_FLIGHT = 2
 
 
+# Static shapes are used where known: fewer ops to trace (a model's first
+# call traces the loops twice, Keras's train function once to initialize).
+
+
 def _rows(block: Tensor) -> Tensor:
   """A `[K, B, w]` block as `[K * B, w]` rows of one GEMM."""
-  return tf.reshape(block, [-1, tf.shape(block)[-1]])
+  width = block.shape[-1]
+  return tf.reshape(block, [-1, tf.shape(block)[-1] if width is None
+                            else width])
 
 
 def _blocks(rows: Tensor, like: Tensor) -> Tensor:
   """`[K * B, w]` rows back into a block shaped like `like` but `w` wide."""
-  shape = tf.concat([tf.shape(like)[:-1], tf.shape(rows)[-1:]], 0)
+  shape = like.shape[:-1].concatenate(rows.shape[-1:])
+  if not shape.is_fully_defined():
+    shape = tf.concat([tf.shape(like)[:-1], tf.shape(rows)[-1:]], 0)
   return tf.reshape(rows, shape)
+
+
+def _column_sums(block: Tensor) -> Tensor:
+  """The sum of a `[K, B, w]` block's rows, `[w]` (a bias gradient).
+
+  Over K first, then B: TF's CPU kernel sums the leading axis of a
+  `[K * B, w]` matrix several times slower (6.5 ms against 1.5 ms for a
+  `[12800, 512]` chunk of dz, the chunk's slowest op).
+  """
+  return tf.reduce_sum(tf.reduce_sum(block, axis=0), axis=0)
 
 
 def _shift_in(first: Tensor, block: Tensor) -> Tensor:
@@ -80,80 +107,213 @@ def _shift_in(first: Tensor, block: Tensor) -> Tensor:
   return tf.concat([first[None], block[:-1]], axis=0)
 
 
+def _matmul_rows(a: Tensor, kernel: Tensor) -> Tensor:
+  """`a @ kernel` for `a` of any rank >= 2 (one GEMM over all its rows)."""
+  if a.shape.rank == 2:
+    return tf.matmul(a, kernel)
+  return _blocks(tf.matmul(_rows(a), kernel), a)
+
+
+class _Linear:
+  """`a @ kernel` over `[..., B, F]` rows, and its two gradients.
+
+  With Keras's per-gate dropout (`implementation=1`, which a recurrent
+  dropout implies) each of the kernel's `gates` column blocks reads its own
+  masked copy of `a`: `masks` is `[gates, B, F]`, one mask per gate, the
+  same for every step of the sequence.
+  """
+
+  def __init__(self, kernel: Tensor, gates: int,
+               masks: Optional[Tensor] = None):
+    self.kernel = kernel
+    # Transposed once: a transposing matmul inside the loop costs several
+    # times the plain one on this CPU (benchmarks/PROFILE.md).
+    self.kernel_t = tf.transpose(kernel)
+    self.gates = gates
+    self.masks = masks
+
+  def _per_gate(self, t: Tensor, axis: int = -1) -> List[Tensor]:
+    return tf.split(t, self.gates, axis=axis)
+
+  def __call__(self, a: Tensor) -> Tensor:
+    if self.masks is None:
+      return _matmul_rows(a, self.kernel)
+    return tf.concat([_matmul_rows(a * self.masks[g], k)
+                      for g, k in enumerate(self._per_gate(self.kernel))],
+                     axis=-1)
+
+  def input_grad(self, dz: Tensor) -> Tensor:
+    """The gradient of `a` given the gradient `dz` of `self(a)`."""
+    if self.masks is None:
+      return _matmul_rows(dz, self.kernel_t)
+    return tf.add_n([
+        _matmul_rows(d, k) * self.masks[g] for g, (d, k) in enumerate(
+            zip(self._per_gate(dz), self._per_gate(self.kernel_t, 0)))])
+
+  def kernel_grad(self, a: Tensor, dz: Tensor) -> Tensor:
+    """The kernel's gradient, one GEMM over all rows of `a` and `dz`."""
+    if self.masks is None:
+      return tf.matmul(_rows(a), _rows(dz), transpose_a=True)
+    return tf.concat([
+        tf.matmul(_rows(a * self.masks[g]), _rows(d), transpose_a=True)
+        for g, d in enumerate(self._per_gate(dz))], axis=-1)
+
+
 class _Cell:
-  """What the chunked loops ask of a cell's math (`_Lstm`, `_Gru`).
+  """What the chunked loops ask of a cell's math (`_Lstm`, `_Gru`, ...).
+
+  A cell reads its weights as built by `weights()`: `input` and
+  `recurrent` (`_Linear` maps of the kernels, with the call's dropout
+  masks) and the biases.
 
   Attributes:
     gates: Width of the projection in units of H.
-    row_widths: What a step writes, in units of H: h (the outputs) always,
-      the gates unless recomputing.
+    gate_rows: Rows of the gate-major `[n, B, H]` activations kept per step.
+    state_rows: The state leaves a step writes as rows of the same name
+      (with a mask, the carried state is written).
+    kept_with_gates: What the backward pass reads per step besides the
+      outputs, unless recomputing.
   """
 
   gates: int
-  kept_with_gates: Tuple[str, ...]
+  gate_rows: int = 0
+  state_rows: Tuple[str, ...] = ("h",)
+  kept_with_gates: Tuple[str, ...] = ()
 
-  def __init__(self, recompute: bool):
+  def __init__(self, recompute: bool, use_xla: bool = False):
     self.recompute = recompute
-    self.row_widths = {"h": 1} if recompute else {"h": 1, "gates": 4}
+    self.use_xla = use_xla
 
-  def kept(self, masked: bool) -> Tuple[str, ...]:
-    """What the backward pass reads per step: "gates" (a step's activations,
-    4H wide) and/or "h" (read back from the outputs; with a mask always,
-    since a masked step carries h instead of computing it)."""
-    if self.recompute:
-      return ("h",)
-    return tuple(sorted(set(self.kept_with_gates) | ({"h"} if masked else
-                                                       set())))
+  def kept(self) -> Tuple[str, ...]:
+    """The per-step rows the backward pass reads besides the outputs
+    (which it always reads: h entering each step)."""
+    return () if self.recompute else self.kept_with_gates
 
-  def project(self, w, x_rows):
-    return tf.matmul(x_rows, w["kernel"]) + w["bias"]
+  def row_shapes(self) -> Dict[str, Optional[int]]:
+    """Per row written per step: None for `[B, H]`, n for `[n, B, H]`."""
+    shapes = {"h": None}
+    for name in self.kept():
+      shapes[name] = self.gate_rows if name == "gates" else None
+    return shapes
+
+  def weights(self, w: Dict[str, Tensor], dropout: Dict[str, Tensor]):
+    """The step math's weights from the layer's (in the compute dtype) and
+    the per-gate dropout masks (`dropout`: "inputs", "recurrent")."""
+    return {**w,
+            "input": _Linear(w["kernel"], self.gates, dropout.get("inputs")),
+            "recurrent": _Linear(w["recurrent_kernel"], self.gates,
+                                 dropout.get("recurrent"))}
+
+  def external_grads(self, grads):
+    """The weight gradients in the layer's layout (see `_Lstm`)."""
+    return grads
+
+  def project(self, w, x_block):
+    """The projected inputs `x W + b` of a `[K, B, D]` block."""
+    return w["input"](x_block) + w["bias"]
+
+  def weight_grads(self, w, prep, dz_block, x_block):
+    """(the weights' gradients from one chunk, its inputs' gradient):
+    single GEMMs over the chunk's `[K, B, .]` blocks."""
+    grads = {"kernel": w["input"].kernel_grad(x_block, dz_block),
+             "recurrent_kernel": w["recurrent"].kernel_grad(prep["h_prev"],
+                                                            dz_block),
+             "bias": _column_sums(dz_block)}
+    return grads, w["input"].input_grad(dz_block)
+
+
+# Keras's LSTM gate blocks [i, f, c, o] in the order of TensorFlow's fused
+# LSTM kernels, [i, c, f, o] (a swap of the middle two: its own inverse).
+_ICFO = (0, 2, 1, 3)
+
+
+def _reorder_gates(t: Tensor, order, count: int, axis: int = -1) -> Tensor:
+  """`t`'s `axis`, `count` gate blocks long, with its blocks in `order`."""
+  blocks = tf.split(t, count, axis=axis)
+  return tf.concat([blocks[k] for k in order], axis=axis)
+
+
+# The dtypes `LSTMBlockCellGrad` has CPU kernels for.
+_FUSED_GRAD_DTYPES = (tf.float32, tf.float16)
+
+
+def _no_peephole(like: Tensor) -> Tensor:
+  """The fused gradient's peephole weights, unused (`use_peephole=False`)."""
+  return tf.zeros(tf.shape(like)[-1:], like.dtype)
 
 
 class _Lstm(_Cell):
-  """LSTM math (Keras gate order `[i, f, c, o]`) for the chunked loops.
+  """LSTM math for the chunked loops.
 
-  Weights: kernel `[D, 4H]`, recurrent_kernel `[H, 4H]`, bias `[4H]`.
-  State: `(h, c)`. c is never kept: a chunk's c is rebuilt from its entry c
-  and the gates (elementwise), and, unmasked, h from o and c.
+  Weights (Keras's layout, gate blocks `[i, f, c, o]`): kernel `[D, 4H]`,
+  recurrent_kernel `[H, 4H]`, bias `[4H]`. Inside the loops the blocks are
+  in the order `[i, c, f, o]` of TensorFlow's fused LSTM kernels, so that
+  the backward step's elementwise work is one `LSTMBlockCellGrad` op in the
+  TF executor (`_FUSED_GRAD_DTYPES`; XLA has no kernel for it and fuses the
+  plain math itself). State: `(h, c)`.
+
+  Kept per step (unless recomputing): the gate activations `[4, B, H]`
+  (gate-major, so that a step reads each gate as an aliased slice, not a
+  copy) and, in the TF executor, c. Under XLA a chunk's c is rebuilt from
+  the gates instead (one fused elementwise pass, where the executor's scan
+  cost 26-96 us a step at B=256): 0.5x the state less memory per step.
+  The outputs give h entering a step.
   """
 
   gates = 4
-  kept_with_gates = ("gates",)
+  gate_rows = 4
+  state_rows = ("h", "c")
+
+  def kept(self):
+    if self.recompute:
+      return ()
+    return ("gates",) if self.use_xla else ("c", "gates")
+
+  def weights(self, w, dropout):
+    w = {k: (_reorder_gates(v, _ICFO, 4) if k in _LSTM_WEIGHTS else v)
+         for k, v in w.items()}
+    dropout = {k: tf.gather(m, _ICFO) for k, m in dropout.items()}
+    return super().weights(w, dropout)
+
+  def external_grads(self, grads):
+    return {k: (_reorder_gates(v, _ICFO, 4) if k in _LSTM_WEIGHTS else v)
+            for k, v in grads.items()}
+
+  def _activate(self, z):
+    """Gate activations `(i, g, f, o)` of pre-activations `[..., 4H]`."""
+    zi, zg, zf, zo = tf.split(z, 4, axis=-1)
+    return tf.sigmoid(zi), tf.tanh(zg), tf.sigmoid(zf), tf.sigmoid(zo)
 
   def step(self, w, state, projected):
     h, c = state
-    z = projected + tf.matmul(h, w["recurrent_kernel"])
-    zi, zf, zg, zo = tf.split(z, 4, axis=-1)
-    i, f, o = tf.sigmoid(zi), tf.sigmoid(zf), tf.sigmoid(zo)
-    g = tf.tanh(zg)
-    c1 = f * c + i * g
-    h1 = o * tf.tanh(c1)
-    rows = {"h": h1}
-    if not self.recompute:
-      rows["gates"] = tf.concat([i, f, g, o], axis=-1)
-    return (h1, c1), rows
+    i, g, f, o = self._activate(projected + w["recurrent"](h))
+    c1, h1 = cells.lstm_state(i, f, g, o, c)
+    return (h1, c1), self._rows(h1, c1, (i, g, f, o))
 
-  def _activate(self, z):
-    zi, zf, zg, zo = tf.split(z, 4, axis=-1)
-    return tf.concat([tf.sigmoid(zi), tf.sigmoid(zf), tf.tanh(zg),
-                      tf.sigmoid(zo)], axis=-1)
+  def _rows(self, h1, c1, gates):
+    """A step's rows: h, and what `kept()` names."""
+    rows = {"h": h1, "c": c1, "gates": None}
+    kept = self.kept()
+    if "gates" in kept:
+      rows["gates"] = tf.stack(gates)
+    return {k: v for k, v in rows.items() if k == "h" or k in kept}
 
   def prepare(self, w, kept, entry, x_block, mask_block):
-    """What the chunk's backward steps and weight GEMMs read, `[K, B, .]`.
+    """What the chunk's backward steps and weight GEMMs read, `[K, ...]`.
 
+    kept: The chunk's kept blocks and "h", the outputs of its steps.
     mask_block: The chunk's `[K, B]` mask, or None.
     """
     h_entry, c_entry = entry
-    h_prev = _shift_in(h_entry, kept["h"]) if "h" in kept else None
+    h_prev = _shift_in(h_entry, kept["h"])
     if self.recompute:
-      z = (self.project(w, _rows(x_block)) +
-           tf.matmul(_rows(h_prev), w["recurrent_kernel"]))
-      gates = _blocks(self._activate(z), h_prev)
+      z = self.project(w, x_block) + w["recurrent"](h_prev)
+      gates = tf.stack(self._activate(z), axis=1)
+      c = self._cell_states(c_entry, gates, mask_block)
     else:
       gates = kept["gates"]
-    c = self._cell_states(c_entry, gates, mask_block)
-    if h_prev is None:
-      h_prev = _shift_in(h_entry, tf.split(gates, 4, axis=-1)[3] * tf.tanh(c))
+      c = (kept["c"] if "c" in kept else
+           self._cell_states(c_entry, gates, mask_block))
     return {"gates": gates, "c": c, "c_prev": _shift_in(c_entry, c),
             "h_prev": h_prev}
 
@@ -161,11 +321,10 @@ class _Lstm(_Cell):
     """The chunk's c rows, `c_t = f_t * c_{t-1} + i_t * g_t`, from its entry.
 
     At a masked step c is carried (f = 1, i * g = 0: exactly c_{t-1}).
-    Elementwise only (no GEMM): cheaper to redo per chunk than to keep H
-    floats per step.
+    Elementwise only (no GEMM): with `recompute=True` cheaper to redo per
+    chunk than to keep H floats per step.
     """
-    i, f, g, _ = tf.split(gates, 4, axis=-1)
-    forget, update = f, i * g
+    forget, update = gates[:, 2], gates[:, 0] * gates[:, 1]
     if mask_block is not None:
       forget = masks.select(mask_block, forget, tf.ones_like(forget))
       update = masks.zero_where_off(mask_block, update)
@@ -175,42 +334,139 @@ class _Lstm(_Cell):
   def grad_step(self, w, prep, j, dstate):
     """(d state entering step j, the step's dz row)."""
     dh, dc = dstate
-    i, f, g, o = tf.split(tf.gather(prep["gates"], j), 4, axis=-1)
-    tanh_c = tf.tanh(tf.gather(prep["c"], j))
-    dc = dc + dh * o * (1.0 - tf.square(tanh_c))
-    dz = tf.concat([
-        dc * g * i * (1.0 - i),
-        dc * tf.gather(prep["c_prev"], j) * f * (1.0 - f),
-        dc * i * (1.0 - tf.square(g)),
-        dh * tanh_c * o * (1.0 - o),
-    ], axis=-1)
-    return (tf.matmul(dz, w["recurrent_kernel_t"]), dc * f), dz
+    # Leading-axis slices: the TF executor aliases them, where a gather
+    # copies (at B=256 a copy per read was a large part of the step).
+    gates = prep["gates"][j]
+    i, g, f, o = gates[0], gates[1], gates[2], gates[3]
+    c, c_prev = prep["c"][j], prep["c_prev"][j]
+    tanh_c = tf.tanh(c)
+    if not self.use_xla and dh.dtype in _FUSED_GRAD_DTYPES:
+      # One fused kernel for the ~20 elementwise ops below (the same math,
+      # in the same gate order); x, h_prev, w and b only give it shapes.
+      dc_prev, dz, _, _, _ = tf.raw_ops.LSTMBlockCellGrad(
+          x=dh[:, :0], cs_prev=c_prev, h_prev=dh, w=w["recurrent_kernel"],
+          wci=_no_peephole(dh), wcf=_no_peephole(dh), wco=_no_peephole(dh),
+          b=w["bias"], i=i, cs=c, f=f, o=o, ci=g, co=tanh_c, cs_grad=dc,
+          h_grad=dh, use_peephole=False)
+    else:
+      (dzi, dzf, dzg, dzo), dc = cells.lstm_gate_grads(i, f, g, o, c_prev,
+                                                       tanh_c, dh, dc)
+      dz = tf.concat([dzi, dzg, dzf, dzo], axis=-1)
+      dc_prev = dc * f
+    return (w["recurrent"].input_grad(dz), dc_prev), dz
+
+
+_LSTM_WEIGHTS = ("kernel", "recurrent_kernel", "bias")
+
+
+class _PeepholeLstm(_Lstm):
+  """Peephole LSTM math (Gers & Schmidhuber 2000) for the chunked loops.
+
+  As `_Lstm`, plus diagonal peephole weights `peephole` `[3, H]` (rows
+  p_i, p_f, p_o): `i = sigmoid(z_i + p_i * c_prev)`,
+  `f = sigmoid(z_f + p_f * c_prev)`, `c = f * c_prev + i * g`,
+  `o = sigmoid(z_o + p_o * c)` (the new c). Kept per step: as `_Lstm`; with
+  `recompute=True` a chunk's gates are rebuilt along its c recurrence (o
+  reads the new c). In the TF executor the backward step is `_Lstm`'s fused
+  `LSTMBlockCellGrad` plus the peephole terms (see `grad_step`). The
+  peephole weights' gradients are summed per chunk from the dz block and
+  the chunk's c rows, like the bias's.
+  """
+
+  def _peephole_step(self, p, z, c_prev):
+    """`(i, g, f, o, c)` of one step from its pre-activations `[..., 4H]`
+    (without the peephole terms) and the c entering it."""
+    zi, zg, zf, zo = tf.split(z, 4, axis=-1)
+    i = tf.sigmoid(zi + p[0] * c_prev)
+    f = tf.sigmoid(zf + p[1] * c_prev)
+    g = tf.tanh(zg)
+    c = f * c_prev + i * g
+    return i, g, f, tf.sigmoid(zo + p[2] * c), c
+
+  def step(self, w, state, projected):
+    h, c = state
+    i, g, f, o, c1 = self._peephole_step(
+        w["peephole"], projected + w["recurrent"](h), c)
+    h1 = o * tf.tanh(c1)
+    return (h1, c1), self._rows(h1, c1, (i, g, f, o))
+
+  def prepare(self, w, kept, entry, x_block, mask_block):
+    if not self.recompute:
+      return super().prepare(w, kept, entry, x_block, mask_block)
+    h_entry, c_entry = entry
+    h_prev = _shift_in(h_entry, kept["h"])
+    z = self.project(w, x_block) + w["recurrent"](h_prev)
+    # The gates read c (i, f the entering one, o the new one): rebuilt
+    # along the c recurrence, elementwise; a masked step carries c.
+    def rebuild(carry, inputs):
+      c_prev = carry[0]
+      i, g, f, o, c = self._peephole_step(w["peephole"], inputs[0], c_prev)
+      if mask_block is not None:
+        c = masks.select(inputs[1], c, c_prev)
+      return c, tf.stack([i, g, f, o])
+
+    c, gates = tf.scan(
+        rebuild, (z,) if mask_block is None else (z, mask_block),
+        initializer=(c_entry, tf.stack([c_entry] * 4)))
+    return {"gates": gates, "c": c, "c_prev": _shift_in(c_entry, c),
+            "h_prev": h_prev}
+
+  def grad_step(self, w, prep, j, dstate):
+    dh, dc = dstate
+    gates = prep["gates"][j]
+    i, g, f, o = gates[0], gates[1], gates[2], gates[3]
+    c, c_prev = prep["c"][j], prep["c_prev"][j]
+    p = w["peephole"]
+    tanh_c = tf.tanh(c)
+    if not self.use_xla and dh.dtype in _FUSED_GRAD_DTYPES:
+      # The fused kernel without its peephole paths, which are added here:
+      # with `use_peephole=True` it returns wrong di/df/dci and cs_prev_grad
+      # inside a graph, right eagerly. Its CPU kernel forwards the wci/wcf/
+      # wco input buffers into their gradients and zeroes those before
+      # reading the weights (lstm_ops.cc), so where a graph lets it forward
+      # them it reads zeros. The o peephole enters as part of c's gradient.
+      dzo = tf.raw_ops.SigmoidGrad(y=o, dy=dh * tanh_c)
+      dc_prev, dz, _, _, _ = tf.raw_ops.LSTMBlockCellGrad(
+          x=dh[:, :0], cs_prev=c_prev, h_prev=dh, w=w["recurrent_kernel"],
+          wci=_no_peephole(dh), wcf=_no_peephole(dh), wco=_no_peephole(dh),
+          b=w["bias"], i=i, cs=c, f=f, o=o, ci=g, co=tanh_c,
+          cs_grad=dc + dzo * p[2], h_grad=dh, use_peephole=False)
+      dzi, _, dzf, _ = tf.split(dz, 4, axis=-1)
+      dc_prev = dc_prev + dzi * p[0] + dzf * p[1]
+    else:
+      dzo = tf.raw_ops.SigmoidGrad(y=o, dy=dh * tanh_c)
+      dc = dc + tf.raw_ops.TanhGrad(y=tanh_c, dy=dh * o) + dzo * p[2]
+      dzi = tf.raw_ops.SigmoidGrad(y=i, dy=dc * g)
+      dzf = tf.raw_ops.SigmoidGrad(y=f, dy=dc * c_prev)
+      dzg = tf.raw_ops.TanhGrad(y=g, dy=dc * i)
+      dz = tf.concat([dzi, dzg, dzf, dzo], axis=-1)
+      dc_prev = dc * f + dzi * p[0] + dzf * p[1]
+    return (w["recurrent"].input_grad(dz), dc_prev), dz
 
   def weight_grads(self, w, prep, dz_block, x_block):
-    """(gradients of the weights from one chunk, the chunk's input rows' d)."""
-    dz = _rows(dz_block)
-    grads = {
-        "kernel": tf.matmul(_rows(x_block), dz, transpose_a=True),
-        "recurrent_kernel": tf.matmul(_rows(prep["h_prev"]), dz,
-                                      transpose_a=True),
-        "bias": tf.reduce_sum(dz, axis=0),
-    }
-    return grads, tf.matmul(dz, w["kernel_t"])
+    grads, dx = super().weight_grads(w, prep, dz_block, x_block)
+    dzi, _, dzf, dzo = tf.split(dz_block, 4, axis=-1)
+    c_prev = prep["c_prev"]
+    grads["peephole"] = tf.stack([_column_sums(dzi * c_prev),
+                                  _column_sums(dzf * c_prev),
+                                  _column_sums(dzo * prep["c"])])
+    return grads, dx
 
 
 class _Gru(_Cell):
   """GRU math (Keras `reset_after=True`, gates `[z, r, h]`) for the loops.
 
   Weights: kernel `[D, 3H]`, recurrent_kernel `[H, 3H]`, bias `[3H]` (the
-  input bias), recurrent_bias `[3H]`. State: `(h,)`. Kept gates are
-  `[z, r, h~, U_h h + b_h]`.
+  input bias), recurrent_bias `[3H]`. State: `(h,)`. Kept per step (unless
+  recomputing): `[z, r, h~, U_h h + b_h]`, gate-major `[4, B, H]`.
   """
 
   gates = 3
-  kept_with_gates = ("gates", "h")
+  gate_rows = 4
+  kept_with_gates = ("gates",)
 
   def _gates(self, w, projected, h):
-    recurrent = tf.matmul(h, w["recurrent_kernel"]) + w["recurrent_bias"]
+    recurrent = w["recurrent"](h) + w["recurrent_bias"]
     xz, xr, xh = tf.split(projected, 3, axis=-1)
     rz, rr, rh = tf.split(recurrent, 3, axis=-1)
     z = tf.sigmoid(xz + rz)
@@ -220,51 +476,125 @@ class _Gru(_Cell):
 
   def step(self, w, state, projected):
     (h,) = state
-    z, r, hh, rh = self._gates(w, projected, h)
+    gates = self._gates(w, projected, h)  # z, r, h~ (, more kept).
+    z, hh = gates[0], gates[2]
     h1 = z * h + (1.0 - z) * hh
     rows = {"h": h1}
     if not self.recompute:
-      rows["gates"] = tf.concat([z, r, hh, rh], axis=-1)
+      rows["gates"] = tf.stack(gates)
     return (h1,), rows
 
   def prepare(self, w, kept, entry, x_block, mask_block):
     del mask_block  # h_prev is read from the outputs, carried when masked.
     h_prev = _shift_in(entry[0], kept["h"])
     if self.recompute:
-      gates = self._gates(w, self.project(w, _rows(x_block)), _rows(h_prev))
-      gates = _blocks(tf.concat(gates, axis=-1), h_prev)
+      gates = tf.stack(self._gates(w, self.project(w, x_block), h_prev),
+                       axis=1)
     else:
       gates = kept["gates"]
     return {"gates": gates, "h_prev": h_prev}
 
   def grad_step(self, w, prep, j, dstate):
     (dh,) = dstate
-    z, r, hh, rh = tf.split(tf.gather(prep["gates"], j), 4, axis=-1)
-    h_prev = tf.gather(prep["h_prev"], j)
-    dhh = dh * (1.0 - z) * (1.0 - tf.square(hh))
-    dz = dh * (h_prev - hh) * z * (1.0 - z)
-    dr = dhh * rh * r * (1.0 - r)
+    gates = prep["gates"][j]  # Aliased slices, as in `_Lstm.grad_step`.
+    z, r, hh, rh = gates[0], gates[1], gates[2], gates[3]
+    dz, dr, dhh = cells.gru_gate_grads(z, r, hh, rh, prep["h_prev"][j], dh)
     drecurrent = tf.concat([dz, dr, dhh * r], axis=-1)
-    dh_prev = dh * z + tf.matmul(drecurrent, w["recurrent_kernel_t"])
+    dh_prev = dh * z + w["recurrent"].input_grad(drecurrent)
     return (dh_prev,), tf.concat([dz, dr, dhh], axis=-1)
 
   def weight_grads(self, w, prep, dprojected_block, x_block):
-    dprojected = _rows(dprojected_block)
-    units = tf.shape(dprojected)[-1] // 3
-    r = _rows(tf.split(prep["gates"], 4, axis=-1)[1])
-    drecurrent = tf.concat([dprojected[:, :2 * units],
-                            dprojected[:, 2 * units:] * r], axis=-1)
-    grads = {
-        "kernel": tf.matmul(_rows(x_block), dprojected, transpose_a=True),
-        "bias": tf.reduce_sum(dprojected, axis=0),
-        "recurrent_kernel": tf.matmul(_rows(prep["h_prev"]), drecurrent,
-                                      transpose_a=True),
-        "recurrent_bias": tf.reduce_sum(drecurrent, axis=0),
-    }
-    return grads, tf.matmul(dprojected, w["kernel_t"])
+    zr, dhh = _split_last(dprojected_block, [2, 1])
+    drecurrent = tf.concat([zr, dhh * prep["gates"][:, 1]], axis=-1)
+    grads, dx = super().weight_grads(w, prep, dprojected_block, x_block)
+    grads["recurrent_kernel"] = w["recurrent"].kernel_grad(prep["h_prev"],
+                                                           drecurrent)
+    grads["recurrent_bias"] = _column_sums(drecurrent)
+    return grads, dx
 
 
-_CELLS = {"lstm": _Lstm, "gru": _Gru}
+def _split_last(t: Tensor, parts: Sequence[int]) -> List[Tensor]:
+  """`t`'s last axis cut into blocks `parts` gate widths wide."""
+  width = tf.shape(t)[-1] // sum(parts)
+  return tf.split(t, [p * width for p in parts], axis=-1)
+
+
+class _GruResetBefore(_Gru):
+  """GRU math with Keras's `reset_after=False` (the reset gate applied to h
+  before the matmul: `h~ = tanh(x W_h + (r * h) U_h + b_h)`).
+
+  Weights: kernel `[D, 3H]`, recurrent_kernel `[H, 3H]`, bias `[3H]`. Two
+  sequential GEMMs per step each way: `h U_zr`, then `(r * h) U_h`. Kept
+  per step (unless recomputing): `[z, r, h~]`, gate-major `[3, B, H]`.
+  """
+
+  gate_rows = 3
+
+  def weights(self, w, dropout):
+    w = _Cell.weights(self, w, dropout)
+    zr, h = _split_last(w["recurrent_kernel"], [2, 1])
+    masks_ = dropout.get("recurrent")
+    w["recurrent_zr"] = _Linear(zr, 2, None if masks_ is None else masks_[:2])
+    w["recurrent_h"] = _Linear(h, 1, None if masks_ is None else masks_[2:])
+    return w
+
+  def _gates(self, w, projected, h):
+    xz, xr, xh = tf.split(projected, 3, axis=-1)
+    rz, rr = tf.split(w["recurrent_zr"](h), 2, axis=-1)
+    z = tf.sigmoid(xz + rz)
+    r = tf.sigmoid(xr + rr)
+    return z, r, tf.tanh(xh + w["recurrent_h"](r * h))
+
+  def grad_step(self, w, prep, j, dstate):
+    (dh,) = dstate
+    gates = prep["gates"][j]
+    z, r, hh = gates[0], gates[1], gates[2]
+    h_prev = prep["h_prev"][j]
+    dhh = tf.raw_ops.TanhGrad(y=hh, dy=dh * (1.0 - z))
+    dz = tf.raw_ops.SigmoidGrad(y=z, dy=dh * (h_prev - hh))
+    d_reset_h = w["recurrent_h"].input_grad(dhh)  # d (r * h_prev)
+    dr = tf.raw_ops.SigmoidGrad(y=r, dy=d_reset_h * h_prev)
+    dh_prev = (dh * z + d_reset_h * r +
+               w["recurrent_zr"].input_grad(tf.concat([dz, dr], axis=-1)))
+    return (dh_prev,), tf.concat([dz, dr, dhh], axis=-1)
+
+  def weight_grads(self, w, prep, dprojected_block, x_block):
+    dzr, dhh = _split_last(dprojected_block, [2, 1])
+    # The input kernel's and bias's as any cell's (not `_Gru`'s, whose
+    # recurrent kernel reads h itself and has a bias of its own).
+    grads, dx = _Cell.weight_grads(self, w, prep, dprojected_block, x_block)
+    h_prev = prep["h_prev"]
+    grads["recurrent_kernel"] = tf.concat([
+        w["recurrent_zr"].kernel_grad(h_prev, dzr),
+        w["recurrent_h"].kernel_grad(prep["gates"][:, 1] * h_prev, dhh)],
+        axis=-1)
+    return grads, dx
+
+
+class _SimpleRnn(_Cell):
+  """Elman math (Keras SimpleRNN, tanh): `h = tanh(x W + b + h U)`.
+
+  Weights: kernel `[D, H]`, recurrent_kernel `[H, H]`, bias `[H]`. Nothing
+  is kept but the outputs: the gradient of tanh reads h itself.
+  """
+
+  gates = 1
+
+  def step(self, w, state, projected):
+    h1 = tf.tanh(projected + w["recurrent"](state[0]))
+    return (h1,), {"h": h1}
+
+  def prepare(self, w, kept, entry, x_block, mask_block):
+    del w, x_block, mask_block  # A masked step's dz is zero: its h unused.
+    return {"h": kept["h"], "h_prev": _shift_in(entry[0], kept["h"])}
+
+  def grad_step(self, w, prep, j, dstate):
+    dz = tf.raw_ops.TanhGrad(y=prep["h"][j], dy=dstate[0])
+    return (w["recurrent"].input_grad(dz),), dz
+
+
+_CELLS = {"lstm": _Lstm, "peephole_lstm": _PeepholeLstm, "gru": _Gru,
+          "gru_reset_before": _GruResetBefore, "simple_rnn": _SimpleRnn}
 
 
 class _Chunks:
@@ -300,30 +630,48 @@ class _Chunks:
     return tf.gather(rows, tf.minimum(start + tf.range(self.size),
                                       self.total - 1))
 
-  def _template(self, leading, width):
-    """Zeros `leading + [B, width * H]` (width None: the input's D)."""
+  def _template(self, leading, width, gate_rows=None):
+    """Zeros `leading + [B, width * H]` (width None: the input's D), or with
+    `gate_rows` n, `leading + [n, B, H]` (gate-major)."""
     x = self._x
-    last = (tf.shape(x)[2:] if width is None else
-            [width * tf.shape(self._units)[0]])
-    static_last = (x.shape[2:] if width is None else
-                   [None if self._units.shape[0] is None
-                    else width * self._units.shape[0]])
+    units, static_units = tf.shape(self._units)[0], self._units.shape[0]
+    if width is None:
+      last, static_last = tf.shape(x)[2:], x.shape[2:]
+    else:
+      last = [width * units]
+      static_last = [None if static_units is None else width * static_units]
+    if gate_rows is not None:
+      leading = list(leading) + [gate_rows]
+    static_leading = [d if isinstance(d, int) else None for d in leading]
+    static = tf.TensorShape(static_leading).concatenate(
+        x.shape[1:2]).concatenate(static_last)
+    if static.is_fully_defined():
+      return tf.zeros(static, x.dtype)
     template = tf.zeros(tf.concat([leading, tf.shape(x)[1:2], last], 0),
                         x.dtype)
-    static_leading = [d if isinstance(d, int) else None for d in leading]
-    template.set_shape(tf.TensorShape(static_leading).concatenate(
-        x.shape[1:2]).concatenate(static_last))
+    template.set_shape(static)
     return template
 
-  def step_rows(self, width):
-    """K rows `[B, width * H]`: one step's rows of the chunk."""
-    return accumulators.RowAccumulator(self._template([], width), self.size,
-                                       self._use_xla)
+  def step_rows(self, width, gate_rows=None, every_chunk=False):
+    """Rows `[B, width * H]` (or `[gate_rows, B, H]`), one per step: K of
+    them (one chunk's), or with every_chunk one per step of the grid,
+    `[chunks * K, ...]`, written straight where they stay (no per-chunk
+    stacking and copying)."""
+    return accumulators.InPlaceBlocks(
+        self._template([], width, gate_rows),
+        self.count * self.size if every_chunk else self.size, self._use_xla)
 
-  def chunk_blocks(self, width):
-    """One `[K, B, width * H]` block per chunk (width None: `[K, B, D]`)."""
-    return accumulators.InPlaceBlocks(self._template([self.size], width),
-                                      self.count, self._use_xla)
+  def by_chunk(self, rows):
+    """`[chunks * K, ...]` rows as `[chunks, K, ...]` blocks."""
+    return tf.reshape(rows, tf.concat([[self.count, self.size],
+                                       tf.shape(rows)[1:]], 0))
+
+  def chunk_blocks(self, width, gate_rows=None):
+    """One `[K, B, width * H]` block per chunk (width None: `[K, B, D]`;
+    gate_rows n: `[K, n, B, H]`)."""
+    return accumulators.InPlaceBlocks(
+        self._template([self.size], width, gate_rows), self.count,
+        self._use_xla)
 
   def join(self, acc, handle):
     """The `[T, ...]` rows of an accumulator holding one block per chunk."""
@@ -332,79 +680,75 @@ class _Chunks:
     return rows[:self.total]
 
 
-def _compute_weights(weights: Dict[str, Tensor], dtype) -> Dict[str, Tensor]:
-  """The weights in the compute dtype, plus the transposes the GEMMs read."""
-  w = {k: tf.cast(v, dtype) for k, v in weights.items()}
-  # Transposed once: a transposing matmul inside the loop costs several
-  # times the plain one on this CPU (benchmarks/PROFILE.md).
-  w["recurrent_kernel_t"] = tf.transpose(w["recurrent_kernel"])
-  w["kernel_t"] = tf.transpose(w["kernel"])
-  return w
+def _compute_weights(cell: _Cell, weights: Dict[str, Tensor], dtype,
+                     dropout: Optional[Dict[str, Tensor]]):
+  """The cell's weights (`_Cell.weights`) in the compute dtype."""
+  return cell.weights({k: tf.cast(v, dtype) for k, v in weights.items()},
+                      {k: tf.cast(m, dtype) for k, m in (dropout or {}).items()})
 
 
-def _forward(cell, use_xla, x, state0, weights, chunk, mask=None):
-  """Runs the chunks forward (mask: `[T, B]` bool or None).
+def _forward(kind, recompute, use_xla, x, state0, weights, chunk, mask=None,
+             dropout=None):
+  """Runs the chunks forward (mask: `[T, B]` bool or None; dropout: see
+  `run`).
 
   Returns:
     `(outputs [T, B, H], final state, kept, entries)`: kept holds, for each
-    name of `cell.kept` but "h", its `[chunks, K, B, width]` blocks; entries,
+    name of `cell.kept()`, its `[chunks, K, ...]` blocks; entries,
     per state leaf, the `[chunks, B, H]` states entering the chunks. All are
     dense tensors: the gradient function captures them, and SavedModel
     cannot save a gradient function capturing a TensorList (a variant).
   """
+  cell = _CELLS[kind](recompute, use_xla)
   grid = _Chunks(x, weights["recurrent_kernel"], use_xla, chunk)
-  w = _compute_weights(weights, x.dtype)
-  widths = cell.row_widths
-  names = sorted(widths)
-  blocks = {n: grid.chunk_blocks(widths[n]) for n in names}
-  rows = {n: grid.step_rows(widths[n]) for n in names}
+  w = _compute_weights(cell, weights, x.dtype, dropout)
+  shapes = cell.row_shapes()
+  names = sorted(shapes)
+  rows = {n: grid.step_rows(1, shapes[n], every_chunk=True) for n in names}
   entries = [accumulators.InPlaceBlocks(s, grid.count, use_xla)
              for s in state0]
 
-  def chunk(c, state, block_handles, entry_handles):
+  def chunk(c, state, handles, entry_handles):
     start, steps = grid.steps(c)
     entry_handles = [a.write(e, c, s)
                      for a, e, s in zip(entries, entry_handles, state)]
     x_block = grid.inputs(start)
-    projected = _blocks(cell.project(w, _rows(x_block)), x_block)
+    projected = cell.project(w, x_block)
     mask_block = None if mask is None else grid.chunk_of(mask, start)
 
     def step(j, state, handles):
-      new, out = cell.step(w, state, tf.gather(projected, j))
+      # Leading-axis slices: the TF executor aliases them (a gather copies).
+      new, out = cell.step(w, state, projected[j])
       if mask_block is not None:
-        new = _carry_where_masked(tf.gather(mask_block, j), new, state)
-        out = {**out, "h": new[0]}
-      return j + 1, new, [rows[n].write(h, j, out[n])
+        new = _carry_where_masked(mask_block[j], new, state)
+        out = {**out, **dict(zip(cell.state_rows, new))}
+      return j + 1, new, [rows[n].write(h, start + j, out[n])
                           for n, h in zip(names, handles)]
 
-    _, state, handles = tf.while_loop(
-        lambda j, *_: j < steps, step,
-        (0, state, [rows[n].empty() for n in names]))
-    block_handles = [blocks[n].write(b, c, rows[n].stack(h))
-                     for n, b, h in zip(names, block_handles, handles)]
-    return c + 1, state, block_handles, entry_handles
+    _, state, handles = tf.while_loop(lambda j, *_: j < steps, step,
+                                      (0, state, handles))
+    return c + 1, state, handles, entry_handles
 
-  _, final, block_handles, entry_handles = tf.while_loop(
+  _, final, handles, entry_handles = tf.while_loop(
       lambda c, *_: c < grid.count, chunk,
-      (0, tuple(state0), [blocks[n].empty() for n in names],
+      (0, tuple(state0), [rows[n].empty() for n in names],
        [e.empty() for e in entries]),
       parallel_iterations=_CHUNKS_IN_FLIGHT)
-  handles = dict(zip(names, block_handles))
-  outputs = grid.join(blocks["h"], handles["h"])
+  written = {n: rows[n].stack(h) for n, h in zip(names, handles)}
+  outputs = written["h"][:grid.total]
   # h is read back from the outputs: a kept copy would hold it twice.
-  kept = [blocks[n].stack(handles[n]) for n in cell.kept(mask is not None)
-          if n != "h"]
+  kept = [grid.by_chunk(written[n]) for n in cell.kept()]
   return (outputs, list(final), kept,
           [a.stack(e) for a, e in zip(entries, entry_handles)])
 
 
-def _backward(cell, use_xla, x, weights, outputs, kept, entries, d_outputs,
-              d_final, chunk, mask=None):
+def _backward(kind, recompute, use_xla, x, weights, outputs, kept, entries,
+              d_outputs, d_final, chunk, mask=None, dropout=None):
   """Runs the chunks in reverse; returns `(dx, d state0, d weights)`."""
+  cell = _CELLS[kind](recompute, use_xla)
   grid = _Chunks(x, weights["recurrent_kernel"], use_xla, chunk)
-  w = _compute_weights(weights, x.dtype)
-  kept_by_name = cell.kept(mask is not None)
-  kept_names = [n for n in kept_by_name if n != "h"]
+  w = _compute_weights(cell, weights, x.dtype, dropout)
+  kept_names = cell.kept()
   dz_rows = grid.step_rows(cell.gates)
   dx_blocks = grid.chunk_blocks(None)
   grad_names = sorted(weights)
@@ -415,18 +759,17 @@ def _backward(cell, use_xla, x, weights, outputs, kept, entries, d_outputs,
     # Indexing the leading axis: the TF executor aliases a dense tensor's
     # block instead of copying it.
     chunk_kept = {n: blocks[c] for n, blocks in zip(kept_names, kept)}
-    if "h" in kept_by_name:
-      chunk_kept["h"] = grid.chunk_of(outputs, start)
+    chunk_kept["h"] = grid.chunk_of(outputs, start)
     mask_block = None if mask is None else grid.chunk_of(mask, start)
     prep = cell.prepare(w, chunk_kept, [e[c] for e in entries], x_block,
                         mask_block)
 
     def step(j, dstate, handle):
-      dh = dstate[0] + tf.gather(d_outputs, start + j)
+      dh = dstate[0] + d_outputs[start + j]
       d_leaving = (dh,) + tuple(dstate[1:])
       d_entering, dz = cell.grad_step(w, prep, j, d_leaving)
       if mask_block is not None:
-        running = tf.gather(mask_block, j)
+        running = mask_block[j]
         # A masked step carried its state: its gradient passes through.
         d_entering = _carry_where_masked(running, d_entering, d_leaving)
         dz = masks.zero_where_off(running, dz)
@@ -434,11 +777,11 @@ def _backward(cell, use_xla, x, weights, outputs, kept, entries, d_outputs,
 
     _, dstate, handle = tf.while_loop(
         lambda j, *_: j >= 0, step, (steps - 1, dstate, dz_rows.empty()))
-    chunk_grads, dx_rows = cell.weight_grads(w, prep, dz_rows.stack(handle),
-                                             x_block)
+    chunk_grads, dx_block = cell.weight_grads(w, prep, dz_rows.stack(handle),
+                                              x_block)
     grads = [g + tf.cast(chunk_grads[k], g.dtype)
              for k, g in zip(grad_names, grads)]
-    dx_handle = dx_blocks.write(dx_handle, c, _blocks(dx_rows, x_block))
+    dx_handle = dx_blocks.write(dx_handle, c, dx_block)
     return c - 1, dstate, grads, dx_handle
 
   _, dstate0, grads, dx_handle = tf.while_loop(
@@ -447,7 +790,7 @@ def _backward(cell, use_xla, x, weights, outputs, kept, entries, d_outputs,
        [tf.zeros_like(weights[k]) for k in grad_names], dx_blocks.empty()),
       parallel_iterations=_CHUNKS_IN_FLIGHT)
   return (grid.join(dx_blocks, dx_handle), list(dstate0),
-          dict(zip(grad_names, grads)))
+          cell.external_grads(dict(zip(grad_names, grads))))
 
 
 def _carry_where_masked(running: Tensor, computed, carried):
@@ -461,20 +804,21 @@ def _carry_where_masked(running: Tensor, computed, carried):
 # Per argument of `_forward` and `_backward`, the leading dimensions an eager
 # call leaves unknown in its trace: every shape but its last dimension (time,
 # batch, chunks), except the weights' (H must stay static) and the Python
-# chunk length; a `[T, B]` mask entirely.
-_FORWARD_UNKNOWN = (-1, -1, 0, 0, 2)  # x, state0, weights, chunk, mask
-_BACKWARD_UNKNOWN = (-1, 0, -1, -1, -1, -1, -1, 0, 2)  # x, weights, outputs,
-# kept, entries, d_outputs, d_final, chunk, mask
+# chunk length; a `[T, B]` mask entirely; `[gates, B, F]` dropout masks all
+# but F.
+_FORWARD_UNKNOWN = (-1, -1, 0, 0, 2, -1)  # x, state0, weights, chunk, mask,
+# dropout
+_BACKWARD_UNKNOWN = (-1, 0, -1, -1, -1, -1, -1, 0, 2, -1)  # x, weights,
+# outputs, kept, entries, d_outputs, d_final, chunk, mask, dropout
 
 
 @functools.lru_cache(maxsize=None)
 def _eager_functions(kind: str, recompute: bool):
   """The loops as tf.functions, for calls made eagerly: one trace for every
   length and batch size."""
-  cell = _CELLS[kind](recompute)
   return tuple(
       functools.partial(tracing.RelaxedFunction(
-          functools.partial(fn, cell, False), autograph=False),
+          functools.partial(fn, kind, recompute, False), autograph=False),
                         unknown=unknown)
       for fn, unknown in ((_forward, _FORWARD_UNKNOWN),
                           (_backward, _BACKWARD_UNKNOWN)))
@@ -482,22 +826,33 @@ def _eager_functions(kind: str, recompute: bool):
 
 def run(kind: str, x: Tensor, state0: Sequence[Tensor],
         weights: Dict[str, Tensor], recompute: bool = False,
-        mask: Optional[Tensor] = None) -> Tuple[Tensor, List[Tensor]]:
-  """Runs a built-in LSTM or GRU over time-major inputs, with its gradient.
+        mask: Optional[Tensor] = None,
+        dropout: Optional[Dict[str, Tensor]] = None
+        ) -> Tuple[Tensor, List[Tensor]]:
+  """Runs a built-in cell over time-major inputs, with its gradient.
 
   Args:
-    kind: "lstm" or "gru".
+    kind: "lstm", "peephole_lstm" (an LSTM with diagonal peephole
+      weights, Gers & Schmidhuber 2000), "gru" (Keras's `reset_after=True`),
+      "gru_reset_before" (`reset_after=False`) or "simple_rnn" (tanh).
     x: `[T, B, D]` inputs in the compute dtype, T >= 1.
-    state0: The initial state, `[h, c]` (LSTM) or `[h]` (GRU), `[B, H]`, in
-      the compute dtype.
-    weights: `kernel`, `recurrent_kernel`, `bias` (and a GRU's
-      `recurrent_bias`), in their variable dtype.
+    state0: The initial state, `[h, c]` (LSTMs) or `[h]`, `[B, H]`, in the
+      compute dtype.
+    weights: `kernel`, `recurrent_kernel`, `bias` (and a reset-after GRU's
+      `recurrent_bias`; a peephole LSTM's `peephole` `[3, H]`, rows p_i,
+      p_f, p_o), in their variable dtype, in Keras's layout.
     recompute: Keep only the states per step and rebuild each chunk's gates
       in the backward pass.
     mask: Optional `[T, B]` bool (time-major). Where False, the step carries
       the state (h and c) through unchanged and its inputs get no
       gradient, Keras's mask semantics; its outputs row is the carried h
       (the layers turn that into Keras's emitted output).
+    dropout: Optional per-gate dropout masks, as Keras's cells draw them
+      with `implementation=1`: "inputs" `[gates, B, D]` and/or "recurrent"
+      `[gates, B, H]` (gates: 4 LSTM, 3 GRU, 1 SimpleRNN), the same for
+      every step. Gate g's block of the kernel reads `x * inputs[g]`, of
+      the recurrent kernel `h * recurrent[g]`. (One input mask for all
+      gates is simpler applied to x by the caller.)
 
   Returns:
     `(outputs [T, B, H], final state list)`.
@@ -516,16 +871,21 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
   weights = {k: tf.convert_to_tensor(v) for k, v in weights.items()}
   if mask is not None:
     mask = tf.cast(mask, tf.bool)
+  dropout = {k: tf.stop_gradient(m) for k, m in (dropout or {}).items()
+             if m is not None} or None
   names = sorted(weights)
   n_state = len(state0)
   chunk = CHUNK
   if tf.executing_eagerly():
     forward_fn, backward_fn = _eager_functions(kind, recompute)
   else:
-    cell = _CELLS[kind](recompute)
     use_xla = accumulators.in_xla_context()
-    forward_fn = functools.partial(_forward, cell, use_xla)
-    backward_fn = functools.partial(_backward, cell, use_xla)
+    # Plain Python control flow on Python values: nothing for AutoGraph to
+    # convert (and it mis-binds the partials' arguments).
+    forward_fn, backward_fn = (
+        tf.autograph.experimental.do_not_convert(
+            functools.partial(fn, kind, recompute, use_xla))
+        for fn in (_forward, _backward))
 
   @tf.custom_gradient
   def loop(x, *args):
@@ -538,7 +898,7 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
     # (unneeded, and for in-place writes undefined) gradient.
     cut = functools.partial(tf.nest.map_structure, tf.stop_gradient)
     outputs, final, kept, entries = forward_fn(cut(x), cut(state), cut(w),
-                                               chunk, mask)
+                                               chunk, mask, dropout)
 
     def grad_fn(d_outputs, *d_final):
       d_outputs = (tf.zeros_like(outputs) if d_outputs is None
@@ -546,7 +906,7 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
       d_final = [tf.zeros_like(s) if d is None else tf.cast(d, s.dtype)
                  for s, d in zip(final, d_final)]
       dx, dstate0, dw = backward_fn(x, w, outputs, kept, entries, d_outputs,
-                                    d_final, chunk, mask)
+                                    d_final, chunk, mask, dropout)
       return [dx] + dstate0 + [dw[k] for k in names]
 
     return [outputs] + final, grad_fn

@@ -5,7 +5,7 @@ per-step rows in TensorLists with an unknown element shape and carries a
 custom gradient; TFLite's converter cannot lower either to builtin ops. A
 layer call that needs no gradient takes this path instead:
 
-* a plain LSTM (tanh/sigmoid `LSTMCell`, no recurrent dropout, no mask)
+* a plain LSTM (tanh/sigmoid `LSTMCell`, no mask; dropout is off at inference)
   calls `lstm_function(...)`, a `tf.function` with the attributes and the
   argument/result layout of tf_keras's `standard_lstm`. TFLite's converter
   (`prepare_composite_functions_tf.cc`, `lstm_utils.cc`) replaces such a
@@ -51,6 +51,24 @@ _API_PREFIX = "lstm_"
 _RUNTIME_CPU = 1.0  # tf_keras's fifth result: 1 = the CPU implementation.
 
 
+def no_tape_records(training: Any) -> bool:
+  """True when `training` is a falsy Python value and no tape records the
+  call (eager or traced): nothing will take its gradient but, in a graph,
+  `tf.gradients`.
+
+  Example:
+
+  >>> no_tape_records(False)
+  True
+  >>> with tf.GradientTape():
+  ...   no_tape_records(False)
+  False
+  """
+  if isinstance(training, (tf.Tensor, tf.Variable)) or training:
+    return False
+  return not _record.could_possibly_record()
+
+
 def takes_inference_path(training: Any, sequences: Any) -> bool:
   """Whether a layer call should run the convertible inference loops.
 
@@ -68,9 +86,7 @@ def takes_inference_path(training: Any, sequences: Any) -> bool:
   >>> takes_inference_path(False, tf.zeros([1, 5, 3]))  # eager
   False
   """
-  if isinstance(training, (tf.Tensor, tf.Variable)) or training:
-    return False
-  if tf.executing_eagerly() or _record.could_possibly_record():
+  if tf.executing_eagerly() or not no_tape_records(training):
     return False
   return all(t.shape.rank is not None and t.shape.rank >= 2 and
              t.shape[0] is not None for t in tf.nest.flatten(sequences))
@@ -227,6 +243,39 @@ def op_names(model_content: bytes) -> List[str]:
                 for op in (subgraph.operators or []))
 
 
+def without_cell_clip(model_content: bytes) -> bytes:
+  """The model with its fused float LSTMs' cell-state clipping turned off.
+
+  The converter fuses a Keras LSTM with `cell_clip=10` (as tf_keras's did),
+  so the fused op clamps the cell state to [-10, 10] every step, which the
+  Keras layer does not: once some |c| exceeds 10 (a character LM's counting
+  units pass 60 within a hundred bytes) the outputs drift from Keras's. A
+  `cell_clip` of 0 means no clipping to the kernel; the op is otherwise the
+  same, so the model then computes what the Keras model does. Fused LSTMs
+  with integer activations (full int8, whose int16 cell state has its own
+  range) are left as they are.
+
+  Args:
+    model_content: A flatbuffer `TFLiteConverter.convert()` returned.
+
+  Returns:
+    The same model, every float UNIDIRECTIONAL_SEQUENCE_LSTM with
+    `cell_clip=0`.
+  """
+  from tensorflow.lite.python import schema_py_generated as schema  # pylint: disable=g-import-not-at-top
+  from tensorflow.lite.tools import flatbuffer_utils  # pylint: disable=g-import-not-at-top
+  model = flatbuffer_utils.read_model_from_bytearray(bytearray(model_content))
+  fused = {i for i, code in enumerate(model.operatorCodes)
+           if max(code.builtinCode, code.deprecatedBuiltinCode) ==
+           schema.BuiltinOperator.UNIDIRECTIONAL_SEQUENCE_LSTM}
+  for subgraph in model.subgraphs:
+    for op in subgraph.operators or []:
+      if (op.opcodeIndex in fused and
+          subgraph.tensors[op.inputs[0]].type == schema.TensorType.FLOAT32):
+        op.builtinOptions.cellClip = 0.0
+  return flatbuffer_utils.convert_object_to_bytearray(model)
+
+
 def inner_loop(layer, sequences, time_major, initial_state, mask,
                fused_lstm: bool):
   """`keras.layers.RNN.inner_loop` on the convertible loops.
@@ -238,8 +287,8 @@ def inner_loop(layer, sequences, time_major, initial_state, mask,
       if the layer goes backwards.
     initial_state: Its list of initial states.
     mask: None or the `[T, B]` bool mask, time-major like `time_major`.
-    fused_lstm: Whether the cell is a plain LSTMCell (tanh/sigmoid, no
-      recurrent dropout), which runs `lstm_function` when unmasked.
+    fused_lstm: Whether the cell is a plain LSTMCell (tanh/sigmoid; dropout
+      is off at inference), which runs `lstm_function` when unmasked.
 
   Returns:
     `(last_output, outputs [B, T, ...], states)` as Keras's inner loop

@@ -5,7 +5,15 @@ standard library's own source files, which every machine with Python has.
 The last tenth is held out; the job reports held-out bits per character,
 keeps resumable checkpoints and TensorBoard logs in --model_dir, samples
 text from the trained model one step at a time, and exports a SavedModel
-(whole-sequence and one-step signatures) with --export_dir.
+(whole-sequence and one-step signatures) with --export_dir. Beside the
+SavedModel it writes two TFLite models converted with the builtin op set
+alone (`--notflite` skips them): `step.tflite`, the SavedModel's `step`
+signature (one token and the states in, logits and the new states out), and
+`sequence.tflite`, `--seq_len` tokens in, logits out, the LSTM as TFLite's
+fused UNIDIRECTIONAL_SEQUENCE_LSTM without its cell-state clip
+(`tf_recurrent.tflite.without_cell_clip`). It prints their sizes, how far
+their logits are from the Keras model's, and their per-token latency
+against the SavedModel's `step` run by TensorFlow.
 
 Example:
 
@@ -13,10 +21,15 @@ Example:
         --export_dir=/tmp/lm/export
 """
 
+import contextlib
+import io
 import math
 import os
+import statistics
 import sysconfig
 import time
+from typing import Callable, Dict, NamedTuple
+import warnings
 
 from absl import app
 from absl import flags
@@ -36,6 +49,10 @@ flags.DEFINE_integer("eval_windows", 64, "Held-out windows per evaluation.")
 flags.DEFINE_integer("sample_chars", 200, "Characters sampled at the end.")
 flags.DEFINE_float("temperature", 0.7, "Sampling temperature.")
 flags.DEFINE_string("prompt", "def ", "Text the sample continues.")
+flags.DEFINE_bool("tflite", True, "With --export_dir, also write and time "
+                  "TFLite models (TensorFlow 2.16.1's converter aborts on "
+                  "Keras 3 models: pass --notflite there).")
+flags.DEFINE_integer("latency_calls", 200, "Timed calls of each model.")
 
 VOCAB = 256  # Bytes.
 
@@ -116,6 +133,202 @@ def sample(module: tf_recurrent.StreamingModule, prompt: bytes, count: int,
   return bytes(out)
 
 
+def sequence_model(model: keras.Sequential, length: int) -> keras.Model:
+  """`model` on one sequence of `length` tokens, sharing its weights.
+
+  TFLite fuses an LSTM only with a static batch size, so the exported
+  SavedModel's `serving_default` (dynamic batch and time) does not convert;
+  this batch-1 model does, with its logits named "output" as there.
+  """
+  inputs = keras.Input((length,), batch_size=1, dtype="int32", name="inputs")
+  hidden = inputs
+  for layer in model.layers:
+    hidden = layer(hidden)
+  return keras.Model(inputs, {"output": hidden})
+
+
+def convert(converter: tf.lite.TFLiteConverter, quantize: bool) -> bytes:
+  """The flatbuffer, with the default builtin op set (no Select TF ops).
+
+  Args:
+    converter: A converter of one model.
+    quantize: Whether to quantize its weights to int8 (dynamic range).
+
+  Returns:
+    The converted model.
+  """
+  if quantize:
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+  with contextlib.redirect_stdout(io.StringIO()):  # Keras's export log.
+    return converter.convert()
+
+
+def convert_tflite(model: keras.Sequential, export_dir: str, length: int,
+                   quantize: bool = False) -> Dict[str, bytes]:
+  """The streaming step and the whole-sequence model as TFLite flatbuffers.
+
+  Args:
+    model: The trained model.
+    export_dir: The SavedModel `tf_recurrent.export_saved_model` wrote; its
+      `step` signature (no loop, dynamic batch) converts as it is.
+    length: The sequence model's number of tokens.
+    quantize: Whether to quantize the weights (dynamic range).
+
+  Returns:
+    {"step": ..., "sequence": ...}.
+
+  Raises:
+    ValueError: If a model needs an op outside TFLite's builtin set.
+  """
+  sequence = convert(tf.lite.TFLiteConverter.from_keras_model(
+      sequence_model(model, length)), quantize)
+  flatbuffers = {
+      "step": convert(tf.lite.TFLiteConverter.from_saved_model(
+          export_dir, signature_keys=["step"]), quantize),
+      # The fused LSTM would clamp the cell state to [-10, 10], which Keras
+      # does not; this LM's cell states reach 66-75 within 128 bytes.
+      "sequence": tf_recurrent.tflite.without_cell_clip(sequence),
+  }
+  for name, flatbuffer in flatbuffers.items():
+    flex = [op for op in tf_recurrent.tflite.op_names(flatbuffer)
+            if op.startswith("Flex")]
+    if flex:
+      raise ValueError(f"{name}.tflite needs Select TF ops: {flex}")
+  return flatbuffers
+
+
+def tflite_runner(flatbuffer: bytes) -> Callable[..., Dict[str, np.ndarray]]:
+  """The model's signature runner on one interpreter thread."""
+  with warnings.catch_warnings():
+    # TF 2.20+ warns that tf.lite.Interpreter moves to the ai_edge_litert
+    # package, whose Interpreter runs the same flatbuffers unchanged.
+    warnings.filterwarnings("ignore", "(?s).*tf.lite.Interpreter is deprecated")
+    interpreter = tf.lite.Interpreter(model_content=flatbuffer, num_threads=1)
+  return interpreter.get_signature_runner()
+
+
+def zero_state(step) -> Dict[str, np.ndarray]:
+  """The zero states of one sequence for step.tflite's signature runner."""
+  return {name: np.zeros([1] + list(detail["shape"][1:]), detail["dtype"])
+          for name, detail in step.get_input_details().items()
+          if name.startswith("state_")}
+
+
+def step_through(step, tokens: np.ndarray) -> np.ndarray:
+  """Logits `[T, VOCAB]` of step.tflite's signature runner fed `tokens`
+  one at a time from the zero state, its states fed back."""
+  state = zero_state(step)
+  logits = []
+  for token in tokens:
+    result = step(inputs=np.array([token], np.int32), **state)
+    logits.append(result["output"][0])
+    state = {name: result[name] for name in state}
+  return np.stack(logits)
+
+
+def median_latencies(invokers: Dict[str, Callable[[], object]], calls: int,
+                     rounds: int = 10) -> Dict[str, float]:
+  """Median seconds per call of each invoker over `calls` timed calls.
+
+  The invokers take turns in `rounds` rounds, so a burst of load from
+  another process on a shared machine slows all of them alike; within a
+  round each runs its calls back to back, as a server stepping one stream
+  does (taking turns call by call would time each with a cache the others
+  just filled: 3-4x slower for the 1.6 MB default step model).
+  """
+  for invoke in invokers.values():  # Allocation and caches.
+    invoke()
+  times = {name: [] for name in invokers}
+  names = list(invokers)
+  for r in range(rounds):
+    for name in (names if r % 2 == 0 else names[::-1]):
+      for _ in range(-(-calls // rounds)):
+        start = time.perf_counter()
+        invokers[name]()
+        times[name].append(time.perf_counter() - start)
+  return {name: statistics.median(t) for name, t in times.items()}
+
+
+def tflite_errors(runners, model: keras.Sequential,
+                  window: np.ndarray) -> Dict[str, float]:
+  """Largest logit differences on `window` (tokens `[T]`): the sequence
+  model against the Keras model, the step model stepped token by token
+  against the sequence model."""
+  tokens = window[None, :].astype(np.int32)
+  whole = runners["sequence"](inputs=tokens)["output"][0]
+  stepped = step_through(runners["step"], window)
+  return {"sequence": float(np.abs(whole - model(tokens)[0]).max()),
+          "step": float(np.abs(stepped - whole).max())}
+
+
+class Row(NamedTuple):
+  """A line of the latency table: `invoke` reads `tokens` tokens a call."""
+  size: str
+  invoke: Callable[[], object]
+  tokens: int
+  error: str
+
+
+def tflite_rows(flatbuffers: Dict[str, bytes], model: keras.Sequential,
+                window: np.ndarray, kind: str) -> Dict[str, Row]:
+  """The step and sequence models' rows: sizes, calls, errors on `window`.
+
+  A call is what a Python server pays: the signature runner copying the
+  inputs in and the outputs out around the interpreter's invoke.
+  """
+  runners = {k: tflite_runner(v) for k, v in flatbuffers.items()}
+  errors = tflite_errors(runners, model, window)
+  feed = dict(zero_state(runners["step"]), inputs=np.ones([1], np.int32))
+  tokens = np.ones([1, len(window)], np.int32)
+  return {
+      f"step.tflite{kind}": Row(
+          str(len(flatbuffers["step"])), lambda: runners["step"](**feed), 1,
+          f"{errors['step']:.1e} vs sequence"),
+      f"sequence.tflite{kind} (T={len(window)})": Row(
+          str(len(flatbuffers["sequence"])),
+          lambda: runners["sequence"](inputs=tokens), len(window),
+          f"{errors['sequence']:.1e} vs Keras"),
+  }
+
+
+def saved_model_row(export_dir: str) -> Row:
+  """The SavedModel's `step` signature, run by TensorFlow, as a row."""
+  signatures = tf.saved_model.load(export_dir).signatures
+  feed = dict(signatures["initial_state"](batch_size=tf.constant(1)),
+              inputs=tf.constant([1]))
+  return Row("", lambda: signatures["step"](**feed), 1, "")
+
+
+def report_tflite(model: keras.Sequential, export_dir: str,
+                  window: np.ndarray, calls: int) -> None:
+  """Writes step.tflite and sequence.tflite (`len(window)` tokens) into
+  `export_dir`, checks them against the Keras model on `window`, and prints
+  their ops, sizes and per-token latencies, and those of their dynamic-range
+  quantized variants (not written), beside the SavedModel's `step` run by
+  TensorFlow."""
+  flatbuffers = convert_tflite(model, export_dir, len(window))
+  for name, flatbuffer in flatbuffers.items():
+    with open(os.path.join(export_dir, f"{name}.tflite"), "wb") as f:
+      f.write(flatbuffer)
+    ops = sorted(set(tf_recurrent.tflite.op_names(flatbuffer)))
+    print(f"wrote {name}.tflite: {', '.join(ops)}")
+  rows = tflite_rows(flatbuffers, model, window, "")
+  try:
+    quantized = convert_tflite(model, export_dir, len(window), quantize=True)
+    rows.update(tflite_rows(quantized, model, window, ", dynamic range"))
+  except Exception as e:  # pylint: disable=broad-except
+    print(f"dynamic-range quantization failed: {str(e)[:200]}")
+  rows["SavedModel step (TensorFlow)"] = saved_model_row(export_dir)
+  seconds = median_latencies({k: r.invoke for k, r in rows.items()}, calls)
+  print(f"median of {calls} calls each, in interleaved rounds; TFLite on 1 "
+        "thread")
+  print("| model | bytes | us per token | max logit error |")
+  print("|---|---|---|---|")
+  for name, row in rows.items():
+    print(f"| {name} | {row.size} | {seconds[name] / row.tokens * 1e6:.1f} "
+          f"| {row.error} |")
+
+
 def main(argv):
   del argv
   strategy = strategy_lib.strategy_from_flags()
@@ -164,6 +377,10 @@ def main(argv):
   if FLAGS.export_dir:
     module = tf_recurrent.export_saved_model(model, FLAGS.export_dir)
     print(f"exported to {FLAGS.export_dir}")
+    if FLAGS.tflite:
+      report_tflite(model, FLAGS.export_dir,
+                    eval_batch[0, :FLAGS.seq_len].numpy(),
+                    FLAGS.latency_calls)
   else:
     module = tf_recurrent.StreamingModule(model)
   if FLAGS.sample_chars:

@@ -1,0 +1,219 @@
+"""The peephole LSTM: its chunked loops against a float64 unroll, and the
+Keras layer against Keras's own loop running `PeepholeLSTMCell`.
+
+Chunks are 3 steps long (T=7: 3 + 3 + 1), as in test_sequence.py.
+"""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import GRAPH_MODES
+from conftest import values_and_grads
+import tf_recurrent
+from tf_recurrent import sequence
+
+B, D, H, T = 2, 3, 4, 7
+
+
+@pytest.fixture(autouse=True)
+def short_chunks(monkeypatch):
+  monkeypatch.setattr(sequence, "CHUNK", 3)
+
+
+def linear(a, kernel, masks):
+  """`a @ kernel`, gate g's column block reading `a * masks[g]`."""
+  if masks is None:
+    return a @ kernel
+  return tf.concat([(a * masks[g]) @ k for g, k in
+                    enumerate(tf.split(kernel, 4, axis=-1))], axis=-1)
+
+
+def unrolled(x, state0, w, mask=None, dropout=None):
+  """The equations, step by step (Keras gate order [i, f, c, o]); a masked
+  step carries h and c."""
+  dropout = dropout or {}
+  h, c = state0
+  p_i, p_f, p_o = tf.unstack(w["peephole"])
+  outputs = []
+  for t in range(x.shape[0]):
+    z = (linear(x[t], w["kernel"], dropout.get("inputs")) + w["bias"] +
+         linear(h, w["recurrent_kernel"], dropout.get("recurrent")))
+    zi, zf, zg, zo = tf.split(z, 4, axis=-1)
+    i = tf.sigmoid(zi + p_i * c)
+    f = tf.sigmoid(zf + p_f * c)
+    c1 = f * c + i * tf.tanh(zg)
+    o = tf.sigmoid(zo + p_o * c1)
+    h1 = o * tf.tanh(c1)
+    if mask is not None:
+      h1 = tf.where(mask[t][:, None], h1, h)
+      c1 = tf.where(mask[t][:, None], c1, c)
+    h, c = h1, c1
+    outputs.append(h)
+  return tf.stack(outputs), [h, c]
+
+
+# Per example, a `[T]` pattern: holes (one across the chunk boundary 2|3)
+# and an all-masked example.
+HOLES = ("1100101", "0000000")
+
+
+def holes():
+  rows = [[ch == "1" for ch in pattern] for pattern in HOLES]
+  return tf.constant(np.array(rows).T)
+
+
+def case(dtype=tf.float64, seed=0):
+  rng = np.random.default_rng(seed)
+  normal = lambda *shape: tf.constant(rng.normal(size=shape), dtype)
+  w = {"kernel": normal(D, 4 * H), "bias": normal(4 * H),
+       "recurrent_kernel": normal(H, 4 * H) * 0.5,
+       "peephole": normal(3, H)}
+  return normal(T, B, D), [normal(B, H), normal(B, H)], w
+
+
+def dropout_masks(seed=3, dtype=tf.float64):
+  rng = np.random.default_rng(seed)
+  keep = lambda width: tf.constant(
+      (rng.random([4, B, width]) < 0.7) / 0.7, dtype)
+  return {"inputs": keep(D), "recurrent": keep(H)}
+
+
+def loss_of(outputs, final):
+  loss = tf.reduce_sum(tf.sin(outputs) * tf.cast(
+      tf.range(1, tf.shape(outputs)[0] + 1), outputs.dtype)[:, None, None])
+  return loss + sum((i + 2.0) * tf.reduce_sum(tf.cos(f))
+                    for i, f in enumerate(final))
+
+
+def run_both(mode, recompute, masked, dropped, dtype=tf.float64):
+  def build(fn, dtype):
+    def run(watch):
+      x, state0, w = tf.nest.map_structure(lambda t: tf.cast(t, dtype),
+                                           case())
+      watch([x, state0, w])
+      mask = holes() if masked else None
+      dropout = dropout_masks(dtype=dtype) if dropped else None
+      outputs, final = fn(x, state0, w, mask, dropout)
+      return ([outputs, final], loss_of(outputs, final),
+              tf.nest.flatten([x, state0, w]))
+    return run
+
+  ours = values_and_grads(mode, build(
+      lambda x, s, w, m, d: sequence.run("peephole_lstm", x, s, w,
+                                         recompute=recompute, mask=m,
+                                         dropout=d), dtype))
+  want = values_and_grads("eager", build(unrolled, tf.float64))
+  return ours, want
+
+
+def assert_close(ours, want, tol):
+  for got, expected in zip(tf.nest.flatten(ours), tf.nest.flatten(want)):
+    np.testing.assert_allclose(got, expected, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("mode", GRAPH_MODES)
+@pytest.mark.parametrize("recompute", [False, True],
+                         ids=["keep_gates", "recompute"])
+@pytest.mark.parametrize("masked,dropped", [(False, False), (True, False),
+                                            (True, True)],
+                         ids=["plain", "holes", "holes_dropout"])
+def test_matches_float64_unroll(mode, recompute, masked, dropped):
+  ours, want = run_both(mode, recompute, masked, dropped)
+  assert_close(ours, want, 1e-10)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("recompute", [False, True],
+                         ids=["keep_gates", "recompute"])
+def test_fused_float32_gradient_matches_float64(mode, recompute):
+  """The TF executor's fused `LSTMBlockCellGrad` (peepholes) in float32."""
+  ours, want = run_both(mode, recompute, True, False, dtype=tf.float32)
+  assert_close(ours, want, 2e-5)
+
+
+def keras_weights(seed=5):
+  """Random weights in Keras's layout for a built cell of D inputs."""
+  rng = np.random.default_rng(seed)
+  return [rng.normal(size=s).astype(np.float32) * 0.5
+          for s in ([D, 4 * H], [H, 4 * H], [4 * H], [3, H])]
+
+
+def layer_pair(**cell_kwargs):
+  """`tf_recurrent.PeepholeLSTM` and Keras's own loop over the same cell
+  class, with the same weights."""
+  ours = tf_recurrent.PeepholeLSTM(H, return_sequences=True,
+                                   return_state=True, **cell_kwargs)
+  theirs = keras.layers.RNN(tf_recurrent.PeepholeLSTMCell(H, **cell_kwargs),
+                            return_sequences=True, return_state=True)
+  for layer in (ours, theirs):
+    layer.build((B, T, D))
+    layer.set_weights(keras_weights())
+  return ours, theirs
+
+
+def layer_inputs():
+  rng = np.random.default_rng(6)
+  x = tf.constant(rng.normal(size=[B, T, D]), tf.float32)
+  return x, tf.transpose(holes())  # Keras's [B, T] mask.
+
+
+def test_layer_runs_the_chunked_loop(monkeypatch):
+  """The layer's cell is a built-in: its loop is sequence.run's."""
+  kinds = []
+  real_run = sequence.run
+  monkeypatch.setattr(sequence, "run",
+                      lambda kind, *a, **k: kinds.append(kind) or
+                      real_run(kind, *a, **k))
+  ours, _ = layer_pair()
+  ours(layer_inputs()[0])
+  assert kinds == ["peephole_lstm"]
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("masked,cell_kwargs", [
+    (False, {}), (True, {}),
+    # Same seed: the same per-gate masks drawn by both (implementation=1).
+    (True, {"dropout": 0.3, "recurrent_dropout": 0.3, "seed": 7})],
+                         ids=["plain", "holes", "holes_dropout"])
+def test_layer_matches_keras_rnn_of_cell(mode, masked, cell_kwargs):
+  ours, theirs = layer_pair(**cell_kwargs)
+  x, mask = layer_inputs()
+
+  def build(layer):
+    def run(watch):
+      watch(x)
+      outputs, h, c = layer(x, mask=mask if masked else None, training=True)
+      values = [outputs, h, c]
+      loss = sum(tf.reduce_sum(tf.sin(v) * (k + 1.0))
+                 for k, v in enumerate(values))
+      return values, loss, [x] + layer.trainable_variables
+    return run
+
+  got = values_and_grads(mode, build(ours))
+  want = values_and_grads(mode, build(theirs))
+  assert len(got[1]) == 5  # x, kernel, recurrent kernel, bias, peephole.
+  assert all(np.abs(g).max() > 1e-3 for g in want[1] + got[1])
+  assert_close(got, want, 2e-5)
+
+
+def test_keras_save_and_load(tmp_path):
+  x, mask = layer_inputs()
+  inputs = keras.Input((T, D))
+  outputs = tf_recurrent.PeepholeLSTM(
+      H, return_sequences=True, recompute=True,
+      peephole_initializer="random_normal")(inputs)
+  model = keras.Model(inputs, outputs)
+  path = os.path.join(tmp_path, "model.keras")
+  model.save(path)
+  loaded = keras.models.load_model(path)
+  layer = loaded.layers[-1]
+  assert isinstance(layer, tf_recurrent.PeepholeLSTM)
+  assert isinstance(layer.cell, tf_recurrent.PeepholeLSTMCell)
+  assert layer.recompute
+  assert layer.get_config() == model.layers[-1].get_config()
+  np.testing.assert_allclose(loaded(x), model(x), rtol=1e-6, atol=1e-6)
+  del mask
