@@ -204,10 +204,10 @@ def test_matches_float64_unroll(mode, kind, recompute, steps, mask_name):
     np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("mode", GRAPH_MODES)
+@pytest.mark.parametrize("mode,recompute", [
+    (mode, False) for mode in GRAPH_MODES] + [("function", True),
+                                             ("xla", True)])
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("recompute", [False, True],
-                         ids=["keep_gates", "recompute"])
 @pytest.mark.parametrize("steps,mask_name", [(7, "holes")])
 def test_per_gate_dropout_matches_unroll(mode, kind, recompute, steps,
                                          mask_name):
