@@ -121,8 +121,13 @@ class RowAccumulator:
 
 
 def read_row(tensor: tf.Tensor, index) -> tf.Tensor:
-  """`tensor[index]` along the leading axis, copying only that row."""
-  return tf.gather(tensor, index)
+  """`tensor[index]` along the leading axis, without copying it.
+
+  A leading-axis slice: the TF executor aliases the row in the tensor's
+  buffer, where `tf.gather` copies it (at B=256 a copy per read was a large
+  part of a step, benchmarks/SHAPES.md); XLA reads both as a dynamic slice.
+  """
+  return tensor[index]
 
 
 class InPlaceBlocks(RowAccumulator):
