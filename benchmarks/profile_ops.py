@@ -41,7 +41,9 @@ def profile(impl: str) -> str:
   with graph.as_default():
     shape = [FLAGS.batch, FLAGS.steps, FLAGS.input]
     x = tf.compat.v1.placeholder(tf.float32, shape)
-    module = tf_recurrent if impl == "ours" else keras.layers
+    # The public names (Keras before 3.6 reports keras.api.layers).
+    module_name, module = (("tf_recurrent", tf_recurrent) if impl == "ours"
+                           else ("keras.layers", keras.layers))
     layer = getattr(module, FLAGS.layer)(FLAGS.hidden, return_sequences=True)
     loss = tf.reduce_sum(tf.square(layer(x, training=True)))
     grads = tf.gradients(loss, [x] + layer.trainable_weights)
@@ -70,7 +72,7 @@ def profile(impl: str) -> str:
       by_type[op_type] += node.op_end_rel_micros - node.op_start_rel_micros
       count[op_type] += 1
   total = sum(by_type.values())
-  lines = [f"### {impl}: {module.__name__}.{FLAGS.layer}, wall "
+  lines = [f"### {impl}: {module_name}.{FLAGS.layer}, wall "
            f"{np.median(seconds) * 1e3:.1f} ms (median of 5, untraced); "
            f"traced kernel time {total / 1e3:.1f} ms",
            "", "| op type | traced ms | share | calls | us per call |",

@@ -25,10 +25,18 @@ def short_chunks(monkeypatch):
   monkeypatch.setattr(sequence, "CHUNK", 3)
 
 
+def gate_masks(masks, blocks):
+  """The masks of the gates `blocks` (a slice); a `[B, F]` mask serves all."""
+  return masks if masks is None or masks.shape.rank == 2 else masks[blocks]
+
+
 def linear(a, kernel, masks, gates):
-  """`a @ kernel`, gate g's column block reading `a * masks[g]`."""
+  """`a @ kernel`, gate g's column block reading `a * masks[g]` (`[gates, B,
+  F]` masks), or every block reading `a * masks` (one `[B, F]` mask)."""
   if masks is None:
     return a @ kernel
+  if masks.shape.rank == 2:
+    return (a * masks) @ kernel
   return tf.concat([(a * masks[g]) @ k for g, k in
                     enumerate(tf.split(kernel, gates, axis=-1))], axis=-1)
 
@@ -69,10 +77,10 @@ def unrolled_gru_reset_before(x, state0, w, dropout):
   for t in range(x.shape[0]):
     xz, xr, xh = tf.split(linear(x[t], w["kernel"], dropout.get("inputs"), 3)
                           + w["bias"], 3, axis=-1)
-    rz, rr = tf.split(linear(h, u_zr, None if rec is None else rec[:2], 2), 2,
+    rz, rr = tf.split(linear(h, u_zr, gate_masks(rec, slice(0, 2)), 2), 2,
                       axis=-1)
     z, r = tf.sigmoid(xz + rz), tf.sigmoid(xr + rr)
-    hh = tf.tanh(xh + linear(r * h, u_h, None if rec is None else rec[2:], 1))
+    hh = tf.tanh(xh + linear(r * h, u_h, gate_masks(rec, slice(2, 3)), 1))
     h = z * h + (1.0 - z) * hh
     outputs.append(h)
   return tf.stack(outputs), [h]
@@ -151,21 +159,24 @@ def loss_of(outputs, final):
                     for i, f in enumerate(final))
 
 
-def dropout_masks(kind, seed, dtype=tf.float64):
-  """Per-gate dropout masks as Keras draws them (0 or 1 / keep)."""
+def dropout_masks(kind, seed, shared=False, dtype=tf.float64):
+  """Dropout masks as Keras draws them (0 or 1 / keep): one per gate
+  (`implementation=1`), or one for every gate (Keras before 3.6)."""
   rng = np.random.default_rng(seed)
+  gates = [] if shared else [GATES[kind]]
   keep = lambda width: tf.constant(
-      (rng.random([GATES[kind], B, width]) < 0.7) / 0.7, dtype)
+      (rng.random(gates + [B, width]) < 0.7) / 0.7, dtype)
   return {"inputs": keep(D), "recurrent": keep(H)}
 
 
-def run_both(mode, kind, recompute, steps, mask_name=None, dropout_seed=None):
+def run_both(mode, kind, recompute, steps, mask_name=None, dropout_seed=None,
+             shared_dropout=False):
   def build(fn):
     def run(watch):
       x, state0, w = case(kind, steps)  # In the TF1 graph when there is one.
       watch([x, state0, w])
       dropout = (None if dropout_seed is None
-                 else dropout_masks(kind, dropout_seed))
+                 else dropout_masks(kind, dropout_seed, shared_dropout))
       outputs, final = fn(x, state0, w, mask_of(mask_name, steps), dropout)
       return ([outputs, final], loss_of(outputs, final),
               tf.nest.flatten([x, state0, w]))
@@ -204,15 +215,16 @@ def test_matches_float64_unroll(mode, kind, recompute, steps, mask_name):
     np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("mode,recompute", [
-    (mode, False) for mode in GRAPH_MODES] + [("function", True),
-                                             ("xla", True)])
+@pytest.mark.parametrize("mode,recompute,shared", [
+    (mode, False, False) for mode in GRAPH_MODES] + [
+        ("function", True, False), ("xla", True, False),
+        ("eager", False, True), ("function", True, True), ("xla", False, True)])
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("steps,mask_name", [(7, "holes")])
-def test_per_gate_dropout_matches_unroll(mode, kind, recompute, steps,
-                                         mask_name):
+def test_dropout_matches_unroll(mode, kind, recompute, shared, steps,
+                                mask_name):
   ours, want = run_both(mode, kind, recompute, steps, mask_name,
-                        dropout_seed=3)
+                        dropout_seed=3, shared_dropout=shared)
   for got, expected in zip(tf.nest.flatten(ours), tf.nest.flatten(want)):
     np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
 

@@ -111,11 +111,12 @@ def _built_in(cell) -> Optional[str]:
 
 
 def _gate_masks(mask) -> Optional[tf.Tensor]:
-  """A Keras cell's dropout mask as `[gates, B, F]`: its per-gate list
-  (`implementation=1`), or one mask for every gate."""
-  if mask is None:
-    return None
-  return tf.stack(mask) if isinstance(mask, (list, tuple)) else mask[None]
+  """A Keras cell's dropout mask as `sequence.run` takes it: its per-gate
+  list (`implementation=1`) as `[gates, B, F]`, or one `[B, F]` mask for
+  every gate (recurrent dropout before Keras 3.6)."""
+  if isinstance(mask, (list, tuple)):
+    return tf.stack(mask)
+  return mask
 
 
 class _DropoutMasks:
@@ -268,7 +269,8 @@ class _RecurrentLoop:
     state0 = [tf.cast(s, dtype) for s in initial_state]
     # Keras drew the sequence's dropout masks before the loop (RNN.call):
     # one input mask for all gates, or with `implementation=1` (which
-    # recurrent dropout implies) one per gate for the inputs and for h.
+    # recurrent dropout implies from Keras 3.6) one per gate for the inputs
+    # and for h.
     dropout = {}
     if training and 0 < cell.dropout < 1:
       input_mask = cell.get_dropout_mask(x[0])

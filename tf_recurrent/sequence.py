@@ -34,9 +34,10 @@ cells' math is in the `_Cell` classes below, their shared equations in
   rows are the carried state. Backward, a masked step's dz row is zero and
   the state gradient passes straight through, so the chunk's weight and
   input gradients need no change (zero rows add nothing).
-* Dropout (Keras's `implementation=1` per-gate masks, which recurrent
-  dropout implies): each gate's block of a kernel reads its own masked
-  copy of x or h (`_Linear`), the same mask every step.
+* Dropout (Keras's masks): each gate's block of a kernel reads its own
+  masked copy of x or h (`implementation=1`, which recurrent dropout
+  implies from Keras 3.6), or all read one masked copy (earlier Keras), the
+  same mask every step (`_Linear`).
 * The kept rows are written per step straight into one dense buffer for
   the whole call, in place (`accumulators.InPlaceBlocks`): no per-chunk
   stacking, and a tensor the gradient function may capture (SavedModel
@@ -114,13 +115,22 @@ def _matmul_rows(a: Tensor, kernel: Tensor) -> Tensor:
   return _blocks(tf.matmul(_rows(a), kernel), a)
 
 
+def _block_masks(masks: Optional[Tensor], blocks) -> Optional[Tensor]:
+  """The dropout masks of the kernel column blocks `blocks` (indices), as
+  `_Linear` takes them: one shared `[B, F]` mask serves every block."""
+  if masks is None or masks.shape.rank == 2:
+    return masks
+  return tf.gather(masks, blocks)
+
+
 class _Linear:
   """`a @ kernel` over `[..., B, F]` rows, and its two gradients.
 
-  With Keras's per-gate dropout (`implementation=1`, which a recurrent
-  dropout implies) each of the kernel's `gates` column blocks reads its own
-  masked copy of `a`: `masks` is `[gates, B, F]`, one mask per gate, the
-  same for every step of the sequence.
+  With a dropout mask every row of `a` is masked before the product, the
+  same mask for every step of the sequence: one `[B, F]` mask for all of
+  the kernel's `gates` column blocks, or `[gates, B, F]`, one per block
+  (Keras's `implementation=1`, which recurrent dropout implies in
+  Keras 3.6 and later; earlier Keras draws one mask for all gates).
   """
 
   def __init__(self, kernel: Tensor, gates: int,
@@ -131,29 +141,33 @@ class _Linear:
     self.kernel_t = tf.transpose(kernel)
     self.gates = gates
     self.masks = masks
+    self.per_gate = masks is not None and masks.shape.rank == 3
 
   def _per_gate(self, t: Tensor, axis: int = -1) -> List[Tensor]:
     return tf.split(t, self.gates, axis=axis)
 
+  def _masked(self, a: Tensor) -> Tensor:
+    return a if self.masks is None else a * self.masks
+
   def __call__(self, a: Tensor) -> Tensor:
-    if self.masks is None:
-      return _matmul_rows(a, self.kernel)
+    if not self.per_gate:
+      return _matmul_rows(self._masked(a), self.kernel)
     return tf.concat([_matmul_rows(a * self.masks[g], k)
                       for g, k in enumerate(self._per_gate(self.kernel))],
                      axis=-1)
 
   def input_grad(self, dz: Tensor) -> Tensor:
     """The gradient of `a` given the gradient `dz` of `self(a)`."""
-    if self.masks is None:
-      return _matmul_rows(dz, self.kernel_t)
+    if not self.per_gate:
+      return self._masked(_matmul_rows(dz, self.kernel_t))
     return tf.add_n([
         _matmul_rows(d, k) * self.masks[g] for g, (d, k) in enumerate(
             zip(self._per_gate(dz), self._per_gate(self.kernel_t, 0)))])
 
   def kernel_grad(self, a: Tensor, dz: Tensor) -> Tensor:
     """The kernel's gradient, one GEMM over all rows of `a` and `dz`."""
-    if self.masks is None:
-      return tf.matmul(_rows(a), _rows(dz), transpose_a=True)
+    if not self.per_gate:
+      return tf.matmul(_rows(self._masked(a)), _rows(dz), transpose_a=True)
     return tf.concat([
         tf.matmul(_rows(a * self.masks[g]), _rows(d), transpose_a=True)
         for g, d in enumerate(self._per_gate(dz))], axis=-1)
@@ -198,7 +212,7 @@ class _Cell:
 
   def weights(self, w: Dict[str, Tensor], dropout: Dict[str, Tensor]):
     """The step math's weights from the layer's (in the compute dtype) and
-    the per-gate dropout masks (`dropout`: "inputs", "recurrent")."""
+    the dropout masks (`dropout`: "inputs", "recurrent"; see `_Linear`)."""
     return {**w,
             "input": _Linear(w["kernel"], self.gates, dropout.get("inputs")),
             "recurrent": _Linear(w["recurrent_kernel"], self.gates,
@@ -272,7 +286,7 @@ class _Lstm(_Cell):
   def weights(self, w, dropout):
     w = {k: (_reorder_gates(v, _ICFO, 4) if k in _LSTM_WEIGHTS else v)
          for k, v in w.items()}
-    dropout = {k: tf.gather(m, _ICFO) for k, m in dropout.items()}
+    dropout = {k: _block_masks(m, _ICFO) for k, m in dropout.items()}
     return super().weights(w, dropout)
 
   def external_grads(self, grads):
@@ -534,8 +548,8 @@ class _GruResetBefore(_Gru):
     w = _Cell.weights(self, w, dropout)
     zr, h = _split_last(w["recurrent_kernel"], [2, 1])
     masks_ = dropout.get("recurrent")
-    w["recurrent_zr"] = _Linear(zr, 2, None if masks_ is None else masks_[:2])
-    w["recurrent_h"] = _Linear(h, 1, None if masks_ is None else masks_[2:])
+    w["recurrent_zr"] = _Linear(zr, 2, _block_masks(masks_, [0, 1]))
+    w["recurrent_h"] = _Linear(h, 1, _block_masks(masks_, [2]))
     return w
 
   def _gates(self, w, projected, h):
@@ -847,12 +861,13 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
       the state (h and c) through unchanged and its inputs get no
       gradient, Keras's mask semantics; its outputs row is the carried h
       (the layers turn that into Keras's emitted output).
-    dropout: Optional per-gate dropout masks, as Keras's cells draw them
-      with `implementation=1`: "inputs" `[gates, B, D]` and/or "recurrent"
-      `[gates, B, H]` (gates: 4 LSTM, 3 GRU, 1 SimpleRNN), the same for
-      every step. Gate g's block of the kernel reads `x * inputs[g]`, of
-      the recurrent kernel `h * recurrent[g]`. (One input mask for all
-      gates is simpler applied to x by the caller.)
+    dropout: Optional dropout masks, as Keras's cells draw them, the same
+      for every step: "inputs" and/or "recurrent", each either one mask
+      per gate (`implementation=1`), `[gates, B, D]` / `[gates, B, H]`
+      (gates: 4 LSTM, 3 GRU, 1 SimpleRNN), gate g's block of the kernel
+      reading `x * inputs[g]`, of the recurrent kernel `h * recurrent[g]`;
+      or one mask for all gates, `[B, D]` / `[B, H]`. (One input mask for
+      all gates is cheaper applied to x by the caller.)
 
   Returns:
     `(outputs [T, B, H], final state list)`.
