@@ -2,7 +2,8 @@ r"""Layer configurations against the Keras layer with the same configuration.
 
 Each configuration (a masked LSTM, a masked GRU, ...) is run as
 `tf_recurrent.<Layer>` and as `keras.layers.<Layer>` with the same options,
-inputs and mask, one full training step each (forward over T steps, a loss
+inputs and mask (for the cells Keras 3 does not ship, peephole and
+layer-norm, Keras's loop `keras.layers.RNN` of our `<Layer>Cell`), one full training step each (forward over T steps, a loss
 over every step's output, the gradients of all weights). Reported:
 
 * time: per (configuration, mode, T) both layers are warmed up, then timed
@@ -64,6 +65,11 @@ CONFIGS = {
     "GRU reset_after=False": ("GRU", {"reset_after": False}, False),
     "SimpleRNN plain": ("SimpleRNN", {}, False),
     "SimpleRNN masked": ("SimpleRNN", {}, True),
+    # Cells Keras 3 does not ship: against keras.layers.RNN of our cell.
+    "PeepholeLSTM plain": ("PeepholeLSTM", {}, False),
+    "LayerNormLSTM plain": ("LayerNormLSTM", {}, False),
+    "LayerNormLSTM masked": ("LayerNormLSTM", {}, True),
+    "LayerNormSimpleRNN plain": ("LayerNormSimpleRNN", {}, False),
 }
 IMPLS = ("ours", "keras")
 
@@ -86,6 +92,9 @@ def build_step(config: str, impl: str, T: int, B: int, D: int, H: int,
   if impl == "ours":
     layer = getattr(tf_recurrent, layer_name)(H, return_sequences=True,
                                                **options)
+  elif not hasattr(keras.layers, layer_name):  # Keras's loop, our cell.
+    cell = getattr(tf_recurrent, layer_name + "Cell")(H, **options)
+    layer = keras.layers.RNN(cell, return_sequences=True)
   else:
     if layer_name != "SimpleRNN":  # Keras's LSTM/GRU only.
       options = {**options, "use_cudnn": False}
@@ -142,7 +151,7 @@ def memory_slope(config: str, impl: str, jit: bool) -> Optional[float]:
 
 
 def state_bytes(config: str) -> int:
-  leaves = 2 if CONFIGS[config][0] == "LSTM" else 1
+  leaves = 2 if CONFIGS[config][0].endswith("LSTM") else 1
   return leaves * FLAGS.batch * FLAGS.memory_hidden * 4
 
 

@@ -97,11 +97,57 @@ def unrolled_simple_rnn(x, state0, w, dropout):
   return tf.stack(outputs), [h]
 
 
+EPSILON = 1e-3  # sequence.run's default norm_epsilon.
+
+
+def layer_norm(t, gamma, beta=0.0, epsilon=EPSILON):
+  """TF Addons' (Keras's LayerNormalization) norm over the last axis,
+  written out: biased variance, epsilon inside the square root."""
+  mean = tf.reduce_mean(t, axis=-1, keepdims=True)
+  variance = tf.reduce_mean(tf.square(t - mean), axis=-1, keepdims=True)
+  return (t - mean) / tf.sqrt(variance + epsilon) * gamma + beta
+
+
+def unrolled_layer_norm_lstm(x, state0, w, dropout):
+  """TF Addons' LayerNormLSTMCell.call, step by step."""
+  h, c = state0
+  outputs = []
+  for t in range(x.shape[0]):
+    z = (layer_norm(linear(x[t], w["kernel"], dropout.get("inputs"), 4),
+                    w["kernel_gamma"], w["kernel_beta"]) +
+         layer_norm(linear(h, w["recurrent_kernel"], dropout.get("recurrent"),
+                           4), w["recurrent_gamma"], w["recurrent_beta"]) +
+         w["bias"])
+    zi, zf, zc, zo = tf.split(z, 4, axis=-1)
+    c = layer_norm(tf.sigmoid(zf) * c + tf.sigmoid(zi) * tf.tanh(zc),
+                   w["state_gamma"], w["state_beta"])
+    h = tf.sigmoid(zo) * tf.tanh(c)
+    outputs.append(h)
+  return tf.stack(outputs), [h, c]
+
+
+def unrolled_layer_norm_simple_rnn(x, state0, w, dropout):
+  """TF Addons' LayerNormSimpleRNNCell.call (a norm without shift, then
+  the bias), step by step."""
+  (h,) = state0
+  outputs = []
+  for t in range(x.shape[0]):
+    net = (linear(x[t], w["kernel"], dropout.get("inputs"), 1) +
+           linear(h, w["recurrent_kernel"], dropout.get("recurrent"), 1))
+    h = tf.tanh(layer_norm(net, w["gamma"]) + w["bias"])
+    outputs.append(h)
+  return tf.stack(outputs), [h]
+
+
 UNROLLED = {"lstm": unrolled_lstm, "gru": unrolled_gru,
             "gru_reset_before": unrolled_gru_reset_before,
-            "simple_rnn": unrolled_simple_rnn}
+            "simple_rnn": unrolled_simple_rnn,
+            "layer_norm_lstm": unrolled_layer_norm_lstm,
+            "layer_norm_simple_rnn": unrolled_layer_norm_simple_rnn}
 KINDS = sorted(UNROLLED)
-GATES = {"lstm": 4, "gru": 3, "gru_reset_before": 3, "simple_rnn": 1}
+GATES = {"lstm": 4, "gru": 3, "gru_reset_before": 3, "simple_rnn": 1,
+         "layer_norm_lstm": 4, "layer_norm_simple_rnn": 1}
+TWO_STATES = ("lstm", "layer_norm_lstm")
 
 
 def unrolled(kind, x, state0, w, mask=None, dropout=None):
@@ -146,7 +192,14 @@ def case(kind, steps, dtype=tf.float64, seed=0):
        "recurrent_kernel": normal(H, gates * H) * 0.5}
   if kind == "gru":
     w["recurrent_bias"] = normal(gates * H)
-  state0 = [normal(B, H) for _ in range(2 if kind == "lstm" else 1)]
+  if kind == "layer_norm_lstm":
+    for norm, width in (("kernel", 4 * H), ("recurrent", 4 * H),
+                        ("state", H)):
+      w[f"{norm}_gamma"] = 1.0 + 0.3 * normal(width)
+      w[f"{norm}_beta"] = 0.3 * normal(width)
+  if kind == "layer_norm_simple_rnn":
+    w["gamma"] = 1.0 + 0.3 * normal(H)
+  state0 = [normal(B, H) for _ in range(2 if kind in TWO_STATES else 1)]
   return normal(steps, B, D), state0, w
 
 
@@ -388,3 +441,10 @@ def test_inside_mirrored_strategy_matches_one_device(kind):
   assert len(grads) == len(devices)
   for g in grads:
     np.testing.assert_allclose(g, step(), rtol=1e-10)
+
+
+def test_unknown_kind_is_named():
+  x, state0, w = case("lstm", 2)
+  with pytest.raises(ValueError, match="kind must be one of .*'layer_norm_lstm'"
+                     ".*got 'lstn'"):
+    sequence.run("lstn", x, state0, w)

@@ -27,6 +27,10 @@ from tf_recurrent.layers import GRU
 from tf_recurrent.layers import LSTM
 from tf_recurrent.layers import RNN
 from tf_recurrent.layers import SimpleRNN
+from tf_recurrent.layer_norm import LayerNormLSTM
+from tf_recurrent.layer_norm import LayerNormLSTMCell
+from tf_recurrent.layer_norm import LayerNormSimpleRNN
+from tf_recurrent.layer_norm import LayerNormSimpleRNNCell
 from tf_recurrent.op import Recurrent
 from tf_recurrent.op import recurrent
 from tf_recurrent.peephole import PeepholeLSTM
@@ -36,6 +40,8 @@ from tf_recurrent.serving import export as export_saved_model
 
 __all__ = ["recurrent", "Recurrent", "bidirectional", "step_seed", "RNN", "LSTM", "GRU",
            "SimpleRNN", "ConvLSTM2D", "PeepholeLSTM", "PeepholeLSTMCell",
+           "LayerNormLSTM", "LayerNormLSTMCell", "LayerNormSimpleRNN",
+           "LayerNormSimpleRNNCell",
            "StreamingModule", "export_saved_model",
            "lingvo", "contrib", "dynamic_rnn", "bidirectional_dynamic_rnn",
            "raw_rnn", "tflite"]

@@ -73,6 +73,16 @@ def _variable_dtype_value(variable) -> tf.Tensor:
     return tf.convert_to_tensor(variable)
 
 
+def _no_extra_weights(cell) -> Dict[str, Any]:
+  del cell
+  return {}
+
+
+def _default_options(cell) -> Dict[str, Any]:
+  del cell
+  return {}
+
+
 @dataclasses.dataclass(frozen=True)
 class BuiltInCell:
   """A Keras cell class the layers run on the chunked loop pair.
@@ -80,34 +90,46 @@ class BuiltInCell:
   Attributes:
     kind: The cell's `tf_recurrent.sequence` kind, given the cell.
     plain: Attribute values the cell must have (its activations).
+    extra_weights: The cell's weights `sequence.run` takes besides the
+      kernels and biases, by name, given the cell.
+    options: More keyword arguments of `sequence.run` (`norm_epsilon`),
+      given the cell.
   """
   kind: Callable[[Any], str]
   plain: Dict[str, Any]
+  extra_weights: Callable[[Any], Dict[str, Any]] = _no_extra_weights
+  options: Callable[[Any], Dict[str, Any]] = _default_options
 
 
-_KERAS_GATES = {"activation": keras.activations.tanh,
+KERAS_GATES = {"activation": keras.activations.tanh,
                 "recurrent_activation": keras.activations.sigmoid}
 
 # The cells run by `tf_recurrent.sequence`, by Keras cell class (the exact
 # class: a subclass may compute something else). `tf_recurrent.peephole`
-# adds its PeepholeLSTMCell ("peephole_lstm").
+# and `tf_recurrent.layer_norm` add theirs.
 BUILT_IN_CELLS = {
-    keras.layers.LSTMCell: BuiltInCell(lambda cell: "lstm", _KERAS_GATES),
+    keras.layers.LSTMCell: BuiltInCell(lambda cell: "lstm", KERAS_GATES),
     keras.layers.GRUCell: BuiltInCell(
         lambda cell: "gru" if cell.reset_after else "gru_reset_before",
-        _KERAS_GATES),
+        KERAS_GATES),
     keras.layers.SimpleRNNCell: BuiltInCell(
         lambda cell: "simple_rnn", {"activation": keras.activations.tanh}),
 }
 
 
-def _built_in(cell) -> Optional[str]:
+def _kind(cell) -> Optional[str]:
   """The sequence kind of a plain built-in cell, or None."""
+  spec = _built_in(cell)
+  return None if spec is None else spec.kind(cell)
+
+
+def _built_in(cell) -> Optional[BuiltInCell]:
+  """The `BuiltInCell` of a plain built-in cell, or None."""
   spec = BUILT_IN_CELLS.get(type(cell))
   if spec is None or any(getattr(cell, k, None) != v
                          for k, v in spec.plain.items()):
     return None
-  return spec.kind(cell)
+  return spec
 
 
 def _gate_masks(mask) -> Optional[tf.Tensor]:
@@ -204,7 +226,7 @@ class _RecurrentLoop:
     if tflite.takes_inference_path(training, sequences):
       # A graph nothing differentiates: loops TFLite converts (tflite.py).
       return tflite.inner_loop(self, sequences, x, initial_state, mask,
-                               _built_in(self.cell) == "lstm")
+                               _kind(self.cell) == "lstm")
     fast = self._fast_loop(x, initial_state, mask, training)
     if fast is not None:
       outputs, final_states, last_output = fast
@@ -261,9 +283,10 @@ class _RecurrentLoop:
     """A plain built-in cell on `tf_recurrent.sequence`'s chunked loops:
     (outputs, final states, last output), or None for any other cell."""
     cell = self.cell
-    kind = _built_in(cell)
-    if kind is None or tf.nest.is_nested(x):
+    spec = _built_in(cell)
+    if spec is None or tf.nest.is_nested(x):
       return None
+    kind = spec.kind(cell)
     dtype = cell.compute_dtype
     x = tf.cast(x, dtype)
     state0 = [tf.cast(s, dtype) for s in initial_state]
@@ -286,8 +309,8 @@ class _RecurrentLoop:
     # gradient, recomputed.
     recompute = self.recompute or tflite.no_tape_records(training)
     carried, final = sequence.run(
-        kind, x, state0, self._sequence_weights(kind), recompute=recompute,
-        mask=mask, dropout=dropout)
+        kind, x, state0, self._sequence_weights(spec), recompute=recompute,
+        mask=mask, dropout=dropout, **spec.options(cell))
     if mask is None:
       return carried, final, carried[-1]
     # A masked step's row is the carried h; Keras emits the previous output
@@ -298,11 +321,12 @@ class _RecurrentLoop:
     outputs = tf.where(emitted[:, :, None], carried, tf.zeros_like(carried))
     return outputs, final, outputs[-1]
 
-  def _sequence_weights(self, kind):
+  def _sequence_weights(self, spec):
     """The cell's weights as `sequence.run` takes them, in their variable
     dtype: under a mixed precision policy the loops cast them and sum their
     gradients in float32."""
     cell = self.cell
+    kind = spec.kind(cell)
     weights = {"kernel": _variable_dtype_value(cell.kernel),
                "recurrent_kernel": _variable_dtype_value(cell.recurrent_kernel)}
     width = weights["recurrent_kernel"].shape[-1]
@@ -313,8 +337,8 @@ class _RecurrentLoop:
       weights["bias"], weights["recurrent_bias"] = bias[0], bias[1]
     else:
       weights["bias"] = bias
-    if kind == "peephole_lstm":
-      weights["peephole"] = _variable_dtype_value(cell.peephole)
+    for name, variable in spec.extra_weights(cell).items():
+      weights[name] = _variable_dtype_value(variable)
     return weights
 
 

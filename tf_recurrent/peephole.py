@@ -19,6 +19,7 @@ gradient, like `tf_recurrent.LSTM`.
 import keras
 from keras import ops
 
+from tf_recurrent import cell_layers
 from tf_recurrent import layers
 
 
@@ -95,18 +96,11 @@ class PeepholeLSTMCell(keras.layers.LSTMCell):
 
 
 layers.BUILT_IN_CELLS[PeepholeLSTMCell] = layers.BuiltInCell(
-    lambda cell: "peephole_lstm", layers._KERAS_GATES)  # pylint: disable=protected-access
-
-# The layer's own arguments; every other one is the cell's.
-_LAYER_ARGS = ("return_sequences", "return_state", "go_backwards",
-               "stateful", "unroll", "zero_output_for_mask", "recompute",
-               "activity_regularizer")
-# Layer-level keyword arguments shared with the cell.
-_SHARED_ARGS = ("dtype", "trainable")
-
+    lambda cell: "peephole_lstm", layers.KERAS_GATES,
+    extra_weights=lambda cell: {"peephole": cell.peephole})
 
 @keras.saving.register_keras_serializable(package="tf_recurrent")
-class PeepholeLSTM(layers.RNN):
+class PeepholeLSTM(cell_layers.CellLayer):
   """A peephole LSTM layer on tf_recurrent's chunked loops.
 
   `tf_recurrent.RNN(PeepholeLSTMCell(units, ...))`, taking the cell's
@@ -128,59 +122,5 @@ class PeepholeLSTM(layers.RNN):
   8
   """
 
-  def __init__(self, units, activation="tanh", recurrent_activation="sigmoid",
-               use_bias=True, kernel_initializer="glorot_uniform",
-               recurrent_initializer="orthogonal", bias_initializer="zeros",
-               peephole_initializer="glorot_uniform", unit_forget_bias=True,
-               kernel_regularizer=None, recurrent_regularizer=None,
-               bias_regularizer=None, peephole_regularizer=None,
-               activity_regularizer=None, kernel_constraint=None,
-               recurrent_constraint=None, bias_constraint=None,
-               peephole_constraint=None, dropout=0.0, recurrent_dropout=0.0,
-               seed=None, return_sequences=False, return_state=False,
-               go_backwards=False, stateful=False, unroll=False,
-               zero_output_for_mask=False, *, recompute: bool = False,
-               **kwargs):
-    cell = PeepholeLSTMCell(
-        units, activation=activation,
-        recurrent_activation=recurrent_activation, use_bias=use_bias,
-        kernel_initializer=kernel_initializer,
-        recurrent_initializer=recurrent_initializer,
-        bias_initializer=bias_initializer,
-        peephole_initializer=peephole_initializer,
-        unit_forget_bias=unit_forget_bias,
-        kernel_regularizer=kernel_regularizer,
-        recurrent_regularizer=recurrent_regularizer,
-        bias_regularizer=bias_regularizer,
-        peephole_regularizer=peephole_regularizer,
-        kernel_constraint=kernel_constraint,
-        recurrent_constraint=recurrent_constraint,
-        bias_constraint=bias_constraint,
-        peephole_constraint=peephole_constraint, dropout=dropout,
-        recurrent_dropout=recurrent_dropout, seed=seed,
-        implementation=kwargs.pop("implementation", 2),
-        name="peephole_lstm_cell",
-        **{k: kwargs[k] for k in _SHARED_ARGS if k in kwargs})
-    super().__init__(
-        cell, return_sequences=return_sequences, return_state=return_state,
-        go_backwards=go_backwards, stateful=stateful, unroll=unroll,
-        zero_output_for_mask=zero_output_for_mask, recompute=recompute,
-        activity_regularizer=activity_regularizer, **kwargs)
-    self.input_spec = keras.layers.InputSpec(ndim=3)
-
-  @property
-  def units(self):
-    return self.cell.units
-
-  def get_config(self):
-    config = super().get_config()
-    del config["cell"]
-    cell_config = self.cell.get_config()
-    for key in ("name", *_SHARED_ARGS):
-      cell_config.pop(key, None)
-    return {**config, **cell_config}
-
-  @classmethod
-  def from_config(cls, config, custom_objects=None):
-    del custom_objects
-    return cls(**config)
+  cell_class = PeepholeLSTMCell
+  cell_name = "peephole_lstm_cell"

@@ -5,7 +5,7 @@ loop, so its backward step runs two sequential GEMMs (`dz @ U^T` and
 `h^T @ dz`), and its per-step rows hold the projected inputs and their
 gradient over the whole sequence. For Keras's LSTM, GRU (both `reset_after`
 settings) and SimpleRNN cells the layers run this loop pair instead; the
-cells' math is in the `_Cell` classes below, their shared equations in
+cells' math is in the `Cell` classes below, their shared equations in
 `tf_recurrent.cells`:
 
 * Time is cut into chunks of `CHUNK` steps. Per chunk the forward pass
@@ -18,7 +18,7 @@ cells' math is in the `_Cell` classes below, their shared equations in
   (`h_prev^T dz`, `x^T dz`, the bias sums) and the input gradient
   (`dz @ W^T`) are single GEMMs over the chunk. No `[T, B, 4H]` projection
   or dz lives across the sequence.
-* What is kept per step (a `_Cell`'s `kept`) besides the outputs (h, which
+* What is kept per step (a `Cell`'s `kept`) besides the outputs (h, which
   the backward pass reads back): an LSTM's gate activations and c, a GRU's
   gates, a SimpleRNN nothing. Gates are kept gate-major, `[gates, B, H]`,
   so that a step reads each as an aliased slice of the buffer, not a copy.
@@ -93,7 +93,7 @@ def _blocks(rows: Tensor, like: Tensor) -> Tensor:
   return tf.reshape(rows, shape)
 
 
-def _column_sums(block: Tensor) -> Tensor:
+def column_sums(block: Tensor) -> Tensor:
   """The sum of a `[K, B, w]` block's rows, `[w]` (a bias gradient).
 
   Over K first, then B: TF's CPU kernel sums the leading axis of a
@@ -103,7 +103,7 @@ def _column_sums(block: Tensor) -> Tensor:
   return tf.reduce_sum(tf.reduce_sum(block, axis=0), axis=0)
 
 
-def _shift_in(first: Tensor, block: Tensor) -> Tensor:
+def shift_in(first: Tensor, block: Tensor) -> Tensor:
   """`[first, block[0], ..., block[K-2]]`: the rows entering each step."""
   return tf.concat([first[None], block[:-1]], axis=0)
 
@@ -173,7 +173,7 @@ class _Linear:
         for g, d in enumerate(self._per_gate(dz))], axis=-1)
 
 
-class _Cell:
+class Cell:
   """What the chunked loops ask of a cell's math (`_Lstm`, `_Gru`, ...).
 
   A cell reads its weights as built by `weights()`: `input` and
@@ -182,6 +182,8 @@ class _Cell:
 
   Attributes:
     gates: Width of the projection in units of H.
+    grad_gates: Width of a step's gradient row (`grad_step`'s second
+      result, `weight_grads`' block) in units of H, if not `gates`.
     gate_rows: Rows of the gate-major `[n, B, H]` activations kept per step.
     state_rows: The state leaves a step writes as rows of the same name
       (with a mask, the carried state is written).
@@ -190,13 +192,16 @@ class _Cell:
   """
 
   gates: int
+  grad_gates: Optional[int] = None
   gate_rows: int = 0
   state_rows: Tuple[str, ...] = ("h",)
   kept_with_gates: Tuple[str, ...] = ()
 
-  def __init__(self, recompute: bool, use_xla: bool = False):
+  def __init__(self, recompute: bool, use_xla: bool = False,
+               epsilon: float = 1e-3):
     self.recompute = recompute
     self.use_xla = use_xla
+    self.epsilon = epsilon
 
   def kept(self) -> Tuple[str, ...]:
     """The per-step rows the backward pass reads besides the outputs
@@ -232,7 +237,7 @@ class _Cell:
     grads = {"kernel": w["input"].kernel_grad(x_block, dz_block),
              "recurrent_kernel": w["recurrent"].kernel_grad(prep["h_prev"],
                                                             dz_block),
-             "bias": _column_sums(dz_block)}
+             "bias": column_sums(dz_block)}
     return grads, w["input"].input_grad(dz_block)
 
 
@@ -256,7 +261,7 @@ def _no_peephole(like: Tensor) -> Tensor:
   return tf.zeros(tf.shape(like)[-1:], like.dtype)
 
 
-class _Lstm(_Cell):
+class _Lstm(Cell):
   """LSTM math for the chunked loops.
 
   Weights (Keras's layout, gate blocks `[i, f, c, o]`): kernel `[D, 4H]`,
@@ -319,7 +324,7 @@ class _Lstm(_Cell):
     mask_block: The chunk's `[K, B]` mask, or None.
     """
     h_entry, c_entry = entry
-    h_prev = _shift_in(h_entry, kept["h"])
+    h_prev = shift_in(h_entry, kept["h"])
     if self.recompute:
       z = self.project(w, x_block) + w["recurrent"](h_prev)
       gates = tf.stack(self._activate(z), axis=1)
@@ -328,7 +333,7 @@ class _Lstm(_Cell):
       gates = kept["gates"]
       c = (kept["c"] if "c" in kept else
            self._cell_states(c_entry, gates, mask_block))
-    return {"gates": gates, "c": c, "c_prev": _shift_in(c_entry, c),
+    return {"gates": gates, "c": c, "c_prev": shift_in(c_entry, c),
             "h_prev": h_prev}
 
   def _cell_states(self, c_entry, gates, mask_block):
@@ -408,7 +413,7 @@ class _PeepholeLstm(_Lstm):
     if not self.recompute:
       return super().prepare(w, kept, entry, x_block, mask_block)
     h_entry, c_entry = entry
-    h_prev = _shift_in(h_entry, kept["h"])
+    h_prev = shift_in(h_entry, kept["h"])
     z = self.project(w, x_block) + w["recurrent"](h_prev)
     # The gates read c (i, f the entering one, o the new one): rebuilt
     # along the c recurrence, elementwise; a masked step carries c.
@@ -422,7 +427,7 @@ class _PeepholeLstm(_Lstm):
     c, gates = tf.scan(
         rebuild, (z,) if mask_block is None else (z, mask_block),
         initializer=(c_entry, tf.stack([c_entry] * 4)))
-    return {"gates": gates, "c": c, "c_prev": _shift_in(c_entry, c),
+    return {"gates": gates, "c": c, "c_prev": shift_in(c_entry, c),
             "h_prev": h_prev}
 
   def grad_step(self, w, prep, j, dstate):
@@ -461,13 +466,13 @@ class _PeepholeLstm(_Lstm):
     grads, dx = super().weight_grads(w, prep, dz_block, x_block)
     dzi, _, dzf, dzo = tf.split(dz_block, 4, axis=-1)
     c_prev = prep["c_prev"]
-    grads["peephole"] = tf.stack([_column_sums(dzi * c_prev),
-                                  _column_sums(dzf * c_prev),
-                                  _column_sums(dzo * prep["c"])])
+    grads["peephole"] = tf.stack([column_sums(dzi * c_prev),
+                                  column_sums(dzf * c_prev),
+                                  column_sums(dzo * prep["c"])])
     return grads, dx
 
 
-class _Gru(_Cell):
+class _Gru(Cell):
   """GRU math (Keras `reset_after=True`, gates `[z, r, h]`) for the loops.
 
   Weights: kernel `[D, 3H]`, recurrent_kernel `[H, 3H]`, bias `[3H]` (the
@@ -500,7 +505,7 @@ class _Gru(_Cell):
 
   def prepare(self, w, kept, entry, x_block, mask_block):
     del mask_block  # h_prev is read from the outputs, carried when masked.
-    h_prev = _shift_in(entry[0], kept["h"])
+    h_prev = shift_in(entry[0], kept["h"])
     if self.recompute:
       gates = tf.stack(self._gates(w, self.project(w, x_block), h_prev),
                        axis=1)
@@ -518,16 +523,16 @@ class _Gru(_Cell):
     return (dh_prev,), tf.concat([dz, dr, dhh], axis=-1)
 
   def weight_grads(self, w, prep, dprojected_block, x_block):
-    zr, dhh = _split_last(dprojected_block, [2, 1])
+    zr, dhh = split_last(dprojected_block, [2, 1])
     drecurrent = tf.concat([zr, dhh * prep["gates"][:, 1]], axis=-1)
     grads, dx = super().weight_grads(w, prep, dprojected_block, x_block)
     grads["recurrent_kernel"] = w["recurrent"].kernel_grad(prep["h_prev"],
                                                            drecurrent)
-    grads["recurrent_bias"] = _column_sums(drecurrent)
+    grads["recurrent_bias"] = column_sums(drecurrent)
     return grads, dx
 
 
-def _split_last(t: Tensor, parts: Sequence[int]) -> List[Tensor]:
+def split_last(t: Tensor, parts: Sequence[int]) -> List[Tensor]:
   """`t`'s last axis cut into blocks `parts` gate widths wide."""
   width = tf.shape(t)[-1] // sum(parts)
   return tf.split(t, [p * width for p in parts], axis=-1)
@@ -545,8 +550,8 @@ class _GruResetBefore(_Gru):
   gate_rows = 3
 
   def weights(self, w, dropout):
-    w = _Cell.weights(self, w, dropout)
-    zr, h = _split_last(w["recurrent_kernel"], [2, 1])
+    w = Cell.weights(self, w, dropout)
+    zr, h = split_last(w["recurrent_kernel"], [2, 1])
     masks_ = dropout.get("recurrent")
     w["recurrent_zr"] = _Linear(zr, 2, _block_masks(masks_, [0, 1]))
     w["recurrent_h"] = _Linear(h, 1, _block_masks(masks_, [2]))
@@ -573,10 +578,10 @@ class _GruResetBefore(_Gru):
     return (dh_prev,), tf.concat([dz, dr, dhh], axis=-1)
 
   def weight_grads(self, w, prep, dprojected_block, x_block):
-    dzr, dhh = _split_last(dprojected_block, [2, 1])
+    dzr, dhh = split_last(dprojected_block, [2, 1])
     # The input kernel's and bias's as any cell's (not `_Gru`'s, whose
     # recurrent kernel reads h itself and has a bias of its own).
-    grads, dx = _Cell.weight_grads(self, w, prep, dprojected_block, x_block)
+    grads, dx = Cell.weight_grads(self, w, prep, dprojected_block, x_block)
     h_prev = prep["h_prev"]
     grads["recurrent_kernel"] = tf.concat([
         w["recurrent_zr"].kernel_grad(h_prev, dzr),
@@ -585,7 +590,7 @@ class _GruResetBefore(_Gru):
     return grads, dx
 
 
-class _SimpleRnn(_Cell):
+class _SimpleRnn(Cell):
   """Elman math (Keras SimpleRNN, tanh): `h = tanh(x W + b + h U)`.
 
   Weights: kernel `[D, H]`, recurrent_kernel `[H, H]`, bias `[H]`. Nothing
@@ -600,7 +605,7 @@ class _SimpleRnn(_Cell):
 
   def prepare(self, w, kept, entry, x_block, mask_block):
     del w, x_block, mask_block  # A masked step's dz is zero: its h unused.
-    return {"h": kept["h"], "h_prev": _shift_in(entry[0], kept["h"])}
+    return {"h": kept["h"], "h_prev": shift_in(entry[0], kept["h"])}
 
   def grad_step(self, w, prep, j, dstate):
     dz = tf.raw_ops.TanhGrad(y=prep["h"][j], dy=dstate[0])
@@ -609,6 +614,18 @@ class _SimpleRnn(_Cell):
 
 _CELLS = {"lstm": _Lstm, "peephole_lstm": _PeepholeLstm, "gru": _Gru,
           "gru_reset_before": _GruResetBefore, "simple_rnn": _SimpleRnn}
+
+
+def add_kind(kind: str, cell_class: type) -> None:
+  """Registers the math of a `run` kind kept in another module (a `Cell`
+  subclass, e.g. `tf_recurrent.normalized`'s layer-norm cells)."""
+  _CELLS[kind] = cell_class
+
+
+def _cell(spec, recompute: bool, use_xla: bool) -> Cell:
+  """The math of `spec`, `(kind, epsilon)`."""
+  kind, epsilon = spec
+  return _CELLS[kind](recompute, use_xla, epsilon)
 
 
 class _Chunks:
@@ -694,14 +711,14 @@ class _Chunks:
     return rows[:self.total]
 
 
-def _compute_weights(cell: _Cell, weights: Dict[str, Tensor], dtype,
+def _compute_weights(cell: Cell, weights: Dict[str, Tensor], dtype,
                      dropout: Optional[Dict[str, Tensor]]):
-  """The cell's weights (`_Cell.weights`) in the compute dtype."""
+  """The cell's weights (`Cell.weights`) in the compute dtype."""
   return cell.weights({k: tf.cast(v, dtype) for k, v in weights.items()},
                       {k: tf.cast(m, dtype) for k, m in (dropout or {}).items()})
 
 
-def _forward(kind, recompute, use_xla, x, state0, weights, chunk, mask=None,
+def _forward(spec, recompute, use_xla, x, state0, weights, chunk, mask=None,
              dropout=None):
   """Runs the chunks forward (mask: `[T, B]` bool or None; dropout: see
   `run`).
@@ -713,7 +730,7 @@ def _forward(kind, recompute, use_xla, x, state0, weights, chunk, mask=None,
     dense tensors: the gradient function captures them, and SavedModel
     cannot save a gradient function capturing a TensorList (a variant).
   """
-  cell = _CELLS[kind](recompute, use_xla)
+  cell = _cell(spec, recompute, use_xla)
   grid = _Chunks(x, weights["recurrent_kernel"], use_xla, chunk)
   w = _compute_weights(cell, weights, x.dtype, dropout)
   shapes = cell.row_shapes()
@@ -756,14 +773,14 @@ def _forward(kind, recompute, use_xla, x, state0, weights, chunk, mask=None,
           [a.stack(e) for a, e in zip(entries, entry_handles)])
 
 
-def _backward(kind, recompute, use_xla, x, weights, outputs, kept, entries,
+def _backward(spec, recompute, use_xla, x, weights, outputs, kept, entries,
               d_outputs, d_final, chunk, mask=None, dropout=None):
   """Runs the chunks in reverse; returns `(dx, d state0, d weights)`."""
-  cell = _CELLS[kind](recompute, use_xla)
+  cell = _cell(spec, recompute, use_xla)
   grid = _Chunks(x, weights["recurrent_kernel"], use_xla, chunk)
   w = _compute_weights(cell, weights, x.dtype, dropout)
   kept_names = cell.kept()
-  dz_rows = grid.step_rows(cell.gates)
+  dz_rows = grid.step_rows(cell.grad_gates or cell.gates)
   dx_blocks = grid.chunk_blocks(None)
   grad_names = sorted(weights)
 
@@ -827,12 +844,12 @@ _BACKWARD_UNKNOWN = (-1, 0, -1, -1, -1, -1, -1, 0, 2, -1)  # x, weights,
 
 
 @functools.lru_cache(maxsize=None)
-def _eager_functions(kind: str, recompute: bool):
+def _eager_functions(spec: Tuple[str, float], recompute: bool):
   """The loops as tf.functions, for calls made eagerly: one trace for every
   length and batch size."""
   return tuple(
       functools.partial(tracing.RelaxedFunction(
-          functools.partial(fn, kind, recompute, False), autograph=False),
+          functools.partial(fn, spec, recompute, False), autograph=False),
                         unknown=unknown)
       for fn, unknown in ((_forward, _FORWARD_UNKNOWN),
                           (_backward, _BACKWARD_UNKNOWN)))
@@ -841,20 +858,24 @@ def _eager_functions(kind: str, recompute: bool):
 def run(kind: str, x: Tensor, state0: Sequence[Tensor],
         weights: Dict[str, Tensor], recompute: bool = False,
         mask: Optional[Tensor] = None,
-        dropout: Optional[Dict[str, Tensor]] = None
-        ) -> Tuple[Tensor, List[Tensor]]:
+        dropout: Optional[Dict[str, Tensor]] = None,
+        norm_epsilon: float = 1e-3) -> Tuple[Tensor, List[Tensor]]:
   """Runs a built-in cell over time-major inputs, with its gradient.
 
   Args:
     kind: "lstm", "peephole_lstm" (an LSTM with diagonal peephole
       weights, Gers & Schmidhuber 2000), "gru" (Keras's `reset_after=True`),
-      "gru_reset_before" (`reset_after=False`) or "simple_rnn" (tanh).
+      "gru_reset_before" (`reset_after=False`), "simple_rnn" (tanh), or
+      `tf_recurrent.normalized`'s "layer_norm_lstm" and
+      "layer_norm_simple_rnn".
     x: `[T, B, D]` inputs in the compute dtype, T >= 1.
     state0: The initial state, `[h, c]` (LSTMs) or `[h]`, `[B, H]`, in the
       compute dtype.
     weights: `kernel`, `recurrent_kernel`, `bias` (and a reset-after GRU's
       `recurrent_bias`; a peephole LSTM's `peephole` `[3, H]`, rows p_i,
-      p_f, p_o), in their variable dtype, in Keras's layout.
+      p_f, p_o; the layer norms' gammas and betas, see
+      `tf_recurrent.normalized`), in their variable dtype, in Keras's
+      layout.
     recompute: Keep only the states per step and rebuild each chunk's gates
       in the backward pass.
     mask: Optional `[T, B]` bool (time-major). Where False, the step carries
@@ -868,6 +889,7 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
       reading `x * inputs[g]`, of the recurrent kernel `h * recurrent[g]`;
       or one mask for all gates, `[B, D]` / `[B, H]`. (One input mask for
       all gates is cheaper applied to x by the caller.)
+    norm_epsilon: The layer-norm kinds' epsilon.
 
   Returns:
     `(outputs [T, B, H], final state list)`.
@@ -881,6 +903,9 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
   >>> outputs.shape
   TensorShape([5, 4, 2])
   """
+  if kind not in _CELLS:
+    raise ValueError(f"sequence.run: kind must be one of {sorted(_CELLS)}; "
+                     f"got {kind!r}.")
   # Read variables here, outside the custom gradient: their gradient then
   # reaches them through the read.
   weights = {k: tf.convert_to_tensor(v) for k, v in weights.items()}
@@ -892,14 +917,15 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
   n_state = len(state0)
   chunk = CHUNK
   if tf.executing_eagerly():
-    forward_fn, backward_fn = _eager_functions(kind, recompute)
+    forward_fn, backward_fn = _eager_functions((kind, norm_epsilon),
+                                               recompute)
   else:
     use_xla = accumulators.in_xla_context()
     # Plain Python control flow on Python values: nothing for AutoGraph to
     # convert (and it mis-binds the partials' arguments).
     forward_fn, backward_fn = (
         tf.autograph.experimental.do_not_convert(
-            functools.partial(fn, kind, recompute, use_xla))
+            functools.partial(fn, (kind, norm_epsilon), recompute, use_xla))
         for fn in (_forward, _backward))
 
   @tf.custom_gradient

@@ -1,0 +1,178 @@
+"""The layer-norm LSTM and SimpleRNN layers against Keras's own loop running
+the same cells (`keras.layers.RNN(cell)`, autodiff), with the same weights.
+
+The loops' math is checked against float64 unrolls of TF Addons' formulas
+in test_sequence.py (kinds "layer_norm_lstm", "layer_norm_simple_rnn").
+"""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import values_and_grads
+import tf_recurrent
+from tf_recurrent import sequence
+
+B, D, H, T = 2, 3, 4, 7
+
+LAYERS = {"layer_norm_lstm": (tf_recurrent.LayerNormLSTM,
+                              tf_recurrent.LayerNormLSTMCell),
+          "layer_norm_simple_rnn": (tf_recurrent.LayerNormSimpleRNN,
+                                    tf_recurrent.LayerNormSimpleRNNCell)}
+
+
+@pytest.fixture(autouse=True)
+def short_chunks(monkeypatch):
+  monkeypatch.setattr(sequence, "CHUNK", 3)  # T=7: 3 + 3 + 1.
+
+
+def layer_pair(kind, **kwargs):
+  """Ours and `keras.layers.RNN` of the same cell class, same weights (the
+  norms' gammas and betas random too, so that their gradients matter)."""
+  layer_class, cell_class = LAYERS[kind]
+  ours = layer_class(H, return_sequences=True, return_state=True, **kwargs)
+  theirs = keras.layers.RNN(cell_class(H, **kwargs), return_sequences=True,
+                            return_state=True)
+  rng = np.random.default_rng(5)
+  for layer in (ours, theirs):
+    layer.build((B, T, D))
+  weights = [rng.normal(size=w.shape).astype(np.float32) * 0.5 + (
+      1.0 if "gamma" in w.path else 0.0) for w in ours.weights]
+  for layer in (ours, theirs):
+    layer.set_weights(weights)
+  return ours, theirs
+
+
+def layer_inputs():
+  rng = np.random.default_rng(6)
+  x = tf.constant(rng.normal(size=[B, T, D]), tf.float32)
+  # Holes (one across the chunk boundary 2|3) and an all-masked example.
+  mask = tf.constant([[c == "1" for c in row] for row in ("1100101",
+                                                           "0000000")])
+  return x, mask
+
+
+@pytest.mark.parametrize("kind", sorted(LAYERS))
+def test_layer_runs_the_chunked_loop(monkeypatch, kind):
+  kinds = []
+  real_run = sequence.run
+  monkeypatch.setattr(sequence, "run", lambda k, *a, **kw: kinds.append(
+      (k, kw["norm_epsilon"])) or real_run(k, *a, **kw))
+  ours, _ = layer_pair(kind)
+  ours(layer_inputs()[0])
+  epsilon = 1e-3 if kind == "layer_norm_lstm" else 1e-5  # Addons' defaults.
+  assert kinds == [(kind, epsilon)]
+
+
+CASES = {"plain": (False, {}), "holes_backwards": (True, {"go_backwards": True}),
+         # The same seed: both draw the same masks (one for all gates).
+         "holes_dropout": (True, {"dropout": 0.3, "recurrent_dropout": 0.3,
+                                  "seed": 7})}
+
+
+@pytest.mark.parametrize("kind", sorted(LAYERS))
+@pytest.mark.parametrize("mode,case", [
+    (mode, case) for mode in ("eager", "function", "xla") for case in CASES
+    # XLA draws other random numbers from a seed than Keras does eagerly.
+    if not (mode == "xla" and case == "holes_dropout")])
+def test_layer_matches_keras_rnn_of_cell(kind, mode, case):
+  masked, kwargs = CASES[case][0], dict(CASES[case][1])
+  layer_kwargs = {k: kwargs.pop(k) for k in ("go_backwards",) if k in kwargs}
+  ours, theirs = layer_pair(kind, **kwargs)
+  if layer_kwargs:
+    theirs = keras.layers.RNN(theirs.cell, return_sequences=True,
+                              return_state=True, **layer_kwargs)
+    ours = type(ours).from_config({**ours.get_config(), **layer_kwargs})
+    ours.build((B, T, D))
+    ours.set_weights(theirs.get_weights())
+  x, mask = layer_inputs()
+
+  def build(layer):
+    def run(watch):
+      watch(x)
+      values = layer(x, mask=mask if masked else None, training=True)
+      loss = sum(tf.reduce_sum(tf.sin(v) * (k + 1.0))
+                 for k, v in enumerate(values))
+      return values, loss, [x] + layer.trainable_variables
+    return run
+
+  got = values_and_grads(mode, build(ours))
+  want = values_and_grads("eager" if mode == "xla" else mode, build(theirs))
+  assert len(got[1]) == len(ours.trainable_variables) + 1
+  assert all(np.abs(g).max() > 1e-4 for g in want[1])
+  for a, b in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
+    np.testing.assert_allclose(a, b, rtol=3e-5, atol=3e-5)
+
+
+@pytest.mark.parametrize("kind", sorted(LAYERS))
+def test_bidirectional_matches_keras(kind):
+  ours, theirs = layer_pair(kind)
+  x, mask = layer_inputs()
+  pair = [keras.layers.Bidirectional(type(ours)(H, return_sequences=True)),
+          keras.layers.Bidirectional(keras.layers.RNN(
+              type(theirs.cell)(H), return_sequences=True))]
+  for layer in pair:
+    layer.build((B, T, D))
+  pair[1].set_weights(pair[0].get_weights())
+  results = []
+  for layer in pair:
+    with tf.GradientTape() as tape:
+      out = layer(x, mask=mask)
+      loss = tf.reduce_sum(tf.sin(out))
+    results.append([out] + tape.gradient(loss, layer.trainable_variables))
+  for a, b in zip(*results):
+    np.testing.assert_allclose(a, b, rtol=3e-5, atol=3e-5)
+
+
+@pytest.mark.parametrize("kind", sorted(LAYERS))
+def test_keras_save_load_and_saved_model_reload(tmp_path, kind):
+  layer_class, _ = LAYERS[kind]
+  x, _ = layer_inputs()
+  inputs = keras.Input((T, D))
+  # (No dropout: Keras's seed generator cannot be saved in a tf.Module,
+  # keras.layers.SimpleRNN(dropout=0.1)'s neither.)
+  outputs = layer_class(H, return_sequences=True, recompute=True,
+                        kernel_initializer="random_normal")(inputs)
+  model = keras.Model(inputs, outputs)
+  path = os.path.join(tmp_path, "model.keras")
+  model.save(path)
+  loaded = keras.models.load_model(path)
+  layer = loaded.layers[-1]
+  assert isinstance(layer, layer_class)
+  assert layer.recompute
+  assert layer.get_config() == model.layers[-1].get_config()
+  np.testing.assert_allclose(loaded(x), model(x), rtol=1e-6, atol=1e-6)
+
+  # A SavedModel: the reloaded function's output and input gradient.
+  module = tf.Module()
+  module.model = model
+  module.f = tf.function(lambda v: model(v),
+                         input_signature=[tf.TensorSpec([None, T, D])])
+  tf.saved_model.save(module, os.path.join(tmp_path, "saved"))
+  reloaded = tf.saved_model.load(os.path.join(tmp_path, "saved"))
+  grads = []
+  for fn in (module.f, reloaded.f):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      out = fn(x)
+      loss = tf.reduce_sum(tf.sin(out))
+    grads.append((out, tape.gradient(loss, x)))
+  for a, b in zip(*grads):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_cell_config_round_trip():
+  cell = tf_recurrent.LayerNormLSTMCell(
+      3, norm_epsilon=1e-4, norm_gamma_initializer="random_normal")
+  again = tf_recurrent.LayerNormLSTMCell.from_config(cell.get_config())
+  assert again.norm_epsilon == 1e-4
+  assert isinstance(again.norm_gamma_initializer,
+                    keras.initializers.RandomNormal)
+  rnn = tf_recurrent.LayerNormSimpleRNNCell(3, layernorm_epsilon=1e-2,
+                                            gamma_regularizer="l2")
+  again = tf_recurrent.LayerNormSimpleRNNCell.from_config(rnn.get_config())
+  assert again.layernorm_epsilon == 1e-2
+  assert again.layernorm.gamma_regularizer is not None
