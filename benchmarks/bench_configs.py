@@ -70,6 +70,8 @@ CONFIGS = {
     "LayerNormLSTM plain": ("LayerNormLSTM", {}, False),
     "LayerNormLSTM masked": ("LayerNormLSTM", {}, True),
     "LayerNormSimpleRNN plain": ("LayerNormSimpleRNN", {}, False),
+    "ProjectedLSTM proj_size=128": ("ProjectedLSTM", {"proj_size": 128},
+                                    False),
 }
 IMPLS = ("ours", "keras")
 

@@ -54,6 +54,22 @@ def unrolled_lstm(x, state0, w, dropout):
   return tf.stack(outputs), [h, c]
 
 
+def unrolled_projected_lstm(x, state0, w, dropout):
+  """An LSTM with a projection (PyTorch's `nn.LSTM(proj_size=P)`, TF1's
+  `LSTMCell(num_proj=P)`): `h = (o * tanh(c)) @ W_proj`, h is P wide and
+  the recurrent kernel `[P, 4H]` reads it."""
+  h, c = state0
+  outputs = []
+  for t in range(x.shape[0]):
+    z = (linear(x[t], w["kernel"], dropout.get("inputs"), 4) + w["bias"] +
+         linear(h, w["recurrent_kernel"], dropout.get("recurrent"), 4))
+    i, f, g, o = tf.split(z, 4, axis=-1)
+    c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
+    h = (tf.sigmoid(o) * tf.tanh(c)) @ w["projection"]
+    outputs.append(h)
+  return tf.stack(outputs), [h, c]
+
+
 def unrolled_gru(x, state0, w, dropout):
   (h,) = state0
   outputs = []
@@ -143,11 +159,26 @@ UNROLLED = {"lstm": unrolled_lstm, "gru": unrolled_gru,
             "gru_reset_before": unrolled_gru_reset_before,
             "simple_rnn": unrolled_simple_rnn,
             "layer_norm_lstm": unrolled_layer_norm_lstm,
-            "layer_norm_simple_rnn": unrolled_layer_norm_simple_rnn}
+            "layer_norm_simple_rnn": unrolled_layer_norm_simple_rnn,
+            "projected_lstm": unrolled_projected_lstm}
 KINDS = sorted(UNROLLED)
 GATES = {"lstm": 4, "gru": 3, "gru_reset_before": 3, "simple_rnn": 1,
-         "layer_norm_lstm": 4, "layer_norm_simple_rnn": 1}
-TWO_STATES = ("lstm", "layer_norm_lstm")
+         "layer_norm_lstm": 4, "layer_norm_simple_rnn": 1,
+         "projected_lstm": 4}
+TWO_STATES = ("lstm", "layer_norm_lstm", "projected_lstm")
+P = 5  # The projected LSTM's h width.
+# The kinds `sequence.run` runs them as ("projected_lstm": an LSTM given a
+# "projection" weight).
+RUN_KINDS = {"projected_lstm": "lstm"}
+
+
+def run_kind(kind, *args, **kwargs):
+  """`sequence.run` of a test kind."""
+  return sequence.run(RUN_KINDS.get(kind, kind), *args, **kwargs)
+
+
+def h_width(kind):
+  return P if kind == "projected_lstm" else H
 
 
 def unrolled(kind, x, state0, w, mask=None, dropout=None):
@@ -189,7 +220,9 @@ def case(kind, steps, dtype=tf.float64, seed=0):
   gates = GATES[kind]
   normal = lambda *shape: tf.constant(rng.normal(size=shape), dtype)
   w = {"kernel": normal(D, gates * H), "bias": normal(gates * H),
-       "recurrent_kernel": normal(H, gates * H) * 0.5}
+       "recurrent_kernel": normal(h_width(kind), gates * H) * 0.5}
+  if kind == "projected_lstm":
+    w["projection"] = normal(H, P) * 0.7
   if kind == "gru":
     w["recurrent_bias"] = normal(gates * H)
   if kind == "layer_norm_lstm":
@@ -199,7 +232,8 @@ def case(kind, steps, dtype=tf.float64, seed=0):
       w[f"{norm}_beta"] = 0.3 * normal(width)
   if kind == "layer_norm_simple_rnn":
     w["gamma"] = 1.0 + 0.3 * normal(H)
-  state0 = [normal(B, H) for _ in range(2 if kind in TWO_STATES else 1)]
+  state0 = [normal(B, h_width(kind))] + (
+      [normal(B, H)] if kind in TWO_STATES else [])
   return normal(steps, B, D), state0, w
 
 
@@ -219,7 +253,7 @@ def dropout_masks(kind, seed, shared=False, dtype=tf.float64):
   gates = [] if shared else [GATES[kind]]
   keep = lambda width: tf.constant(
       (rng.random(gates + [B, width]) < 0.7) / 0.7, dtype)
-  return {"inputs": keep(D), "recurrent": keep(H)}
+  return {"inputs": keep(D), "recurrent": keep(h_width(kind))}
 
 
 def run_both(mode, kind, recompute, steps, mask_name=None, dropout_seed=None,
@@ -236,7 +270,7 @@ def run_both(mode, kind, recompute, steps, mask_name=None, dropout_seed=None,
     return run
 
   ours = values_and_grads(mode, build(
-      lambda x, s, w, m, d: sequence.run(kind, x, s, w, recompute=recompute,
+      lambda x, s, w, m, d: run_kind(kind, x, s, w, recompute=recompute,
                                          mask=m, dropout=d)))
   want = values_and_grads("eager", build(
       lambda x, s, w, m, d: unrolled(kind, x, s, w, m, d)))
@@ -285,21 +319,22 @@ def test_dropout_matches_unroll(mode, kind, recompute, shared, steps,
 @pytest.mark.parametrize("mode", ["eager", "function"])
 @pytest.mark.parametrize("recompute", [False, True],
                          ids=["keep_gates", "recompute"])
-def test_fused_float32_lstm_gradient_matches_float64(mode, recompute):
+@pytest.mark.parametrize("kind", ["lstm", "projected_lstm"])
+def test_fused_float32_lstm_gradient_matches_float64(mode, recompute, kind):
   """The TF executor's fused LSTM gradient (float32) against the unroll."""
   def build(dtype, fn):
     def run(watch):
       x, state0, w = tf.nest.map_structure(lambda t: tf.cast(t, dtype),
-                                           case("lstm", 7, seed=4))
+                                           case(kind, 7, seed=4))
       watch([x, state0, w])
       outputs, final = fn(x, state0, w)
       return [outputs, final], loss_of(outputs, final), [x, state0, w]
     return run
 
-  got = values_and_grads(mode, build(tf.float32, lambda x, s, w: sequence.run(
-      "lstm", x, s, w, recompute=recompute, mask=mask_of("holes", 7))))
+  got = values_and_grads(mode, build(tf.float32, lambda x, s, w: run_kind(
+      kind, x, s, w, recompute=recompute, mask=mask_of("holes", 7))))
   want = values_and_grads("eager", build(tf.float64, lambda x, s, w: unrolled(
-      "lstm", x, s, w, mask_of("holes", 7))))
+      kind, x, s, w, mask_of("holes", 7))))
   for a, b in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
     np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
 
@@ -316,7 +351,7 @@ def test_numerical_gradients(kind, recompute, mask_name):
   def loss(x, *args):
     state = list(args[:len(state0)])
     weights = dict(zip(names, args[len(state0):]))
-    return loss_of(*sequence.run(kind, x, state, weights,
+    return loss_of(*run_kind(kind, x, state, weights,
                                  recompute=recompute, mask=mask))
 
   assert_numerical_gradients(loss, [x] + state0 + [w[k] for k in names])
@@ -334,7 +369,7 @@ def test_time_unknown_when_traced(kind, mask_name):
   def run(x, mask):
     with tf.GradientTape() as tape:
       tape.watch([x, state0, w])
-      outputs, final = sequence.run(kind, x, state0, w,
+      outputs, final = run_kind(kind, x, state0, w,
                                     mask=None if mask_name is None else mask)
       loss = loss_of(outputs, final)
     return outputs, final, tape.gradient(loss, [x, state0, w])
@@ -363,7 +398,7 @@ def test_bfloat16_inputs_float32_weights(mode, kind):
 
   def run(watch):
     watch(w)
-    outputs, final = sequence.run(kind, x16, s16, w)
+    outputs, final = run_kind(kind, x16, s16, w)
     loss = loss_of(tf.cast(outputs, tf.float32),
                    [tf.cast(f, tf.float32) for f in final])
     return outputs, loss, w
@@ -384,12 +419,12 @@ def test_bfloat16_inputs_float32_weights(mode, kind):
 
 def test_chunk_grid():
   x = tf.zeros([7, B, D])
-  grid = sequence._Chunks(x, tf.zeros([H, 4 * H]), use_xla=False, chunk=3)
+  grid = sequence._Chunks(x, use_xla=False, chunk=3)
   assert (grid.size, grid.count) == (3, 3)
   assert [int(grid.steps(c)[1]) for c in range(3)] == [3, 3, 1]
   # The partial chunk reads the last input row again past T.
   x = tf.reshape(tf.range(7.0), [7, 1, 1])
-  grid = sequence._Chunks(x, tf.zeros([H, 4 * H]), use_xla=False, chunk=3)
+  grid = sequence._Chunks(x, use_xla=False, chunk=3)
   assert grid.inputs(6).numpy().ravel().tolist() == [6.0, 6.0, 6.0]
 
 
@@ -414,7 +449,7 @@ def test_any_length_and_chunk_matches_unroll(kind, steps, chunk, recompute,
   sequence.CHUNK = chunk  # Restored by the short_chunks fixture.
   with tf.GradientTape() as tape:
     tape.watch([x, state0, w])
-    got_outputs, got_final = sequence.run(kind, x, state0, w,
+    got_outputs, got_final = run_kind(kind, x, state0, w,
                                           recompute=recompute, mask=mask)
     got = tape.gradient(loss_of(got_outputs, got_final), [x, state0, w])
   for a, b in zip(tf.nest.flatten([got_outputs, got_final, got]),
@@ -432,7 +467,7 @@ def test_inside_mirrored_strategy_matches_one_device(kind):
 
   def step():
     with tf.GradientTape() as tape:
-      outputs, final = sequence.run(kind, x, state0, {**w, "kernel": kernel})
+      outputs, final = run_kind(kind, x, state0, {**w, "kernel": kernel})
       loss = loss_of(outputs, final)
     return tape.gradient(loss, kernel)
 

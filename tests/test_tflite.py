@@ -136,6 +136,16 @@ CASES = {
         return_sequences=True)), 0),
     "bidirectional_gru": (sequential(lambda: keras.layers.Bidirectional(
         tf_recurrent.GRU(H, return_sequences=True))), 0),
+    # The cells Keras 3 does not ship: a builtin loop (the fused LSTM's
+    # peephole, layer-norm and projection inputs are not mapped).
+    "peephole_lstm": (sequential(lambda: tf_recurrent.PeepholeLSTM(
+        H, return_sequences=True)), 0),
+    "layer_norm_lstm": (sequential(lambda: tf_recurrent.LayerNormLSTM(
+        H, return_sequences=True)), 0),
+    "layer_norm_simple_rnn": (sequential(
+        lambda: tf_recurrent.LayerNormSimpleRNN(H)), 0),
+    "projected_lstm": (sequential(lambda: tf_recurrent.ProjectedLSTM(
+        H, proj_size=H - 1, return_sequences=True)), 0),
     "conv_lstm_2d": (sequential(lambda: tf_recurrent.ConvLSTM2D(
         2, 3, padding="same", return_sequences=True), shape=(3, 5, 5, 2),
                                 batch=1), 0),

@@ -35,13 +35,15 @@ from tf_recurrent.op import Recurrent
 from tf_recurrent.op import recurrent
 from tf_recurrent.peephole import PeepholeLSTM
 from tf_recurrent.peephole import PeepholeLSTMCell
+from tf_recurrent.projection import ProjectedLSTM
+from tf_recurrent.projection import ProjectedLSTMCell
 from tf_recurrent.serving import StreamingModule
 from tf_recurrent.serving import export as export_saved_model
 
 __all__ = ["recurrent", "Recurrent", "bidirectional", "step_seed", "RNN", "LSTM", "GRU",
            "SimpleRNN", "ConvLSTM2D", "PeepholeLSTM", "PeepholeLSTMCell",
            "LayerNormLSTM", "LayerNormLSTMCell", "LayerNormSimpleRNN",
-           "LayerNormSimpleRNNCell",
+           "LayerNormSimpleRNNCell", "ProjectedLSTM", "ProjectedLSTMCell",
            "StreamingModule", "export_saved_model",
            "lingvo", "contrib", "dynamic_rnn", "bidirectional_dynamic_rnn",
            "raw_rnn", "tflite"]

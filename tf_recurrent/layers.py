@@ -117,10 +117,12 @@ BUILT_IN_CELLS = {
 }
 
 
-def _kind(cell) -> Optional[str]:
-  """The sequence kind of a plain built-in cell, or None."""
+def _fuses_as_lstm(cell) -> bool:
+  """Whether the cell is a plain LSTM, which TFLite's fused LSTM computes
+  (no extra weights: no peephole, projection or norms)."""
   spec = _built_in(cell)
-  return None if spec is None else spec.kind(cell)
+  return (spec is not None and spec.kind(cell) == "lstm" and
+          not spec.extra_weights(cell))
 
 
 def _built_in(cell) -> Optional[BuiltInCell]:
@@ -226,7 +228,7 @@ class _RecurrentLoop:
     if tflite.takes_inference_path(training, sequences):
       # A graph nothing differentiates: loops TFLite converts (tflite.py).
       return tflite.inner_loop(self, sequences, x, initial_state, mask,
-                               _kind(self.cell) == "lstm")
+                               _fuses_as_lstm(self.cell))
     fast = self._fast_loop(x, initial_state, mask, training)
     if fast is not None:
       outputs, final_states, last_output = fast

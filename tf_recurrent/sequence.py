@@ -53,7 +53,7 @@ gradients are summed over the chunks in the weights' own dtype.
 """
 
 import functools
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -198,21 +198,38 @@ class Cell:
   kept_with_gates: Tuple[str, ...] = ()
 
   def __init__(self, recompute: bool, use_xla: bool = False,
-               epsilon: float = 1e-3):
+               epsilon: float = 1e-3, weight_names=()):
     self.recompute = recompute
     self.use_xla = use_xla
     self.epsilon = epsilon
+    self.weight_names = frozenset(weight_names)
+
+  def widths(self, recurrent_kernel: Tensor) -> Dict[str, Any]:
+    """`{"h": P, "cell": H}`: h's width (the recurrent kernel's rows) and
+    the cell's (its columns over `gates`), Python ints where static."""
+    static = recurrent_kernel.shape
+    dynamic = tf.shape(recurrent_kernel)
+    rows = static[0] if static[0] is not None else dynamic[0]
+    columns = static[1] if static[1] is not None else dynamic[1]
+    return {"h": rows, "cell": columns // self.gates}
+
+  def grad_columns(self, widths) -> Any:
+    """The width of a step's gradient row (`grad_step`'s second result,
+    `weight_grads`' block)."""
+    return (self.grad_gates or self.gates) * widths["cell"]
 
   def kept(self) -> Tuple[str, ...]:
     """The per-step rows the backward pass reads besides the outputs
     (which it always reads: h entering each step)."""
     return () if self.recompute else self.kept_with_gates
 
-  def row_shapes(self) -> Dict[str, Optional[int]]:
-    """Per row written per step: None for `[B, H]`, n for `[n, B, H]`."""
-    shapes = {"h": None}
+  def row_shapes(self, widths) -> Dict[str, Tuple[Any, Optional[int]]]:
+    """Per row written per step, `(columns, gate rows)`: h `[B, P]`, and
+    what `kept()` names, `[B, H]` or gate-major `[gate_rows, B, H]`."""
+    shapes = {"h": (widths["h"], None)}
     for name in self.kept():
-      shapes[name] = self.gate_rows if name == "gates" else None
+      shapes[name] = (widths["cell"],
+                      self.gate_rows if name == "gates" else None)
     return shapes
 
   def weights(self, w: Dict[str, Tensor], dropout: Dict[str, Tensor]):
@@ -277,6 +294,13 @@ class _Lstm(Cell):
   the gates instead (one fused elementwise pass, where the executor's scan
   cost 26-96 us a step at B=256): 0.5x the state less memory per step.
   The outputs give h entering a step.
+
+  With a `projection` weight `[H, P]` (PyTorch's `nn.LSTM(proj_size=P)`,
+  TF1's `LSTMCell(num_proj=P)`), `h = (o * tanh(c)) @ projection` is P
+  wide and the recurrent kernel is `[P, 4H]`. Backward, a step's
+  `d(o * tanh(c))` is `dh @ projection^T` (a second sequential GEMM), and
+  its gradient row carries dh `[B, P]` after dz for the projection's
+  gradient, one GEMM per chunk.
   """
 
   gates = 4
@@ -288,11 +312,30 @@ class _Lstm(Cell):
       return ()
     return ("gates",) if self.use_xla else ("c", "gates")
 
+  @property
+  def projected(self) -> bool:
+    return "projection" in self.weight_names
+
+  def grad_columns(self, widths):
+    return 4 * widths["cell"] + (widths["h"] if self.projected else 0)
+
   def weights(self, w, dropout):
     w = {k: (_reorder_gates(v, _ICFO, 4) if k in _LSTM_WEIGHTS else v)
          for k, v in w.items()}
     dropout = {k: _block_masks(m, _ICFO) for k, m in dropout.items()}
-    return super().weights(w, dropout)
+    w = super().weights(w, dropout)
+    if self.projected:
+      w["projection_t"] = tf.transpose(w["projection"])
+      # The fused gradient's w only gives it shapes: `[H, 4H]`.
+      w["fused_shape"] = tf.zeros(tf.shape(w["projection"])[:1] *
+                                  tf.constant([1, 4]), w["projection"].dtype)
+    else:
+      w["fused_shape"] = w["recurrent_kernel"]
+    return w
+
+  def _output(self, w, m):
+    """h from `m = o * tanh(c)` (`[..., B, H]`): m, or m projected."""
+    return _matmul_rows(m, w["projection"]) if self.projected else m
 
   def external_grads(self, grads):
     return {k: (_reorder_gates(v, _ICFO, 4) if k in _LSTM_WEIGHTS else v)
@@ -306,7 +349,8 @@ class _Lstm(Cell):
   def step(self, w, state, projected):
     h, c = state
     i, g, f, o = self._activate(projected + w["recurrent"](h))
-    c1, h1 = cells.lstm_state(i, f, g, o, c)
+    c1, m1 = cells.lstm_state(i, f, g, o, c)
+    h1 = self._output(w, m1)
     return (h1, c1), self._rows(h1, c1, (i, g, f, o))
 
   def _rows(self, h1, c1, gates):
@@ -353,6 +397,8 @@ class _Lstm(Cell):
   def grad_step(self, w, prep, j, dstate):
     """(d state entering step j, the step's dz row)."""
     dh, dc = dstate
+    # The gradient of m = o * tanh(c), which h is (or projects).
+    dm = tf.matmul(dh, w["projection_t"]) if self.projected else dh
     # Leading-axis slices: the TF executor aliases them, where a gather
     # copies (at B=256 a copy per read was a large part of the step).
     gates = prep["gates"][j]
@@ -363,16 +409,28 @@ class _Lstm(Cell):
       # One fused kernel for the ~20 elementwise ops below (the same math,
       # in the same gate order); x, h_prev, w and b only give it shapes.
       dc_prev, dz, _, _, _ = tf.raw_ops.LSTMBlockCellGrad(
-          x=dh[:, :0], cs_prev=c_prev, h_prev=dh, w=w["recurrent_kernel"],
-          wci=_no_peephole(dh), wcf=_no_peephole(dh), wco=_no_peephole(dh),
+          x=dm[:, :0], cs_prev=c_prev, h_prev=dm, w=w["fused_shape"],
+          wci=_no_peephole(dm), wcf=_no_peephole(dm), wco=_no_peephole(dm),
           b=w["bias"], i=i, cs=c, f=f, o=o, ci=g, co=tanh_c, cs_grad=dc,
-          h_grad=dh, use_peephole=False)
+          h_grad=dm, use_peephole=False)
     else:
       (dzi, dzf, dzg, dzo), dc = cells.lstm_gate_grads(i, f, g, o, c_prev,
-                                                       tanh_c, dh, dc)
+                                                       tanh_c, dm, dc)
       dz = tf.concat([dzi, dzg, dzf, dzo], axis=-1)
       dc_prev = dc * f
-    return (w["recurrent"].input_grad(dz), dc_prev), dz
+    row = tf.concat([dz, dh], axis=-1) if self.projected else dz
+    return (w["recurrent"].input_grad(dz), dc_prev), row
+
+  def weight_grads(self, w, prep, dz_block, x_block):
+    if not self.projected:
+      return super().weight_grads(w, prep, dz_block, x_block)
+    width = tf.shape(w["projection"])[0]
+    dz_block, dh_block = tf.split(dz_block, [4 * width, -1], axis=-1)
+    grads, dx = super().weight_grads(w, prep, dz_block, x_block)
+    m = prep["gates"][:, 3] * tf.tanh(prep["c"])
+    grads["projection"] = tf.matmul(_rows(m), _rows(dh_block),
+                                    transpose_a=True)
+    return grads, dx
 
 
 _LSTM_WEIGHTS = ("kernel", "recurrent_kernel", "bias")
@@ -622,10 +680,10 @@ def add_kind(kind: str, cell_class: type) -> None:
   _CELLS[kind] = cell_class
 
 
-def _cell(spec, recompute: bool, use_xla: bool) -> Cell:
-  """The math of `spec`, `(kind, epsilon)`."""
+def _cell(spec, recompute: bool, use_xla: bool, weights) -> Cell:
+  """The math of `spec`, `(kind, epsilon)`, given the weights' names."""
   kind, epsilon = spec
-  return _CELLS[kind](recompute, use_xla, epsilon)
+  return _CELLS[kind](recompute, use_xla, epsilon, weights)
 
 
 class _Chunks:
@@ -634,7 +692,7 @@ class _Chunks:
   Chunk c covers steps `[c*K, min(c*K + K, T))`, K = min(chunk, T).
   """
 
-  def __init__(self, x: Tensor, units, use_xla: bool, chunk: int):
+  def __init__(self, x: Tensor, use_xla: bool, chunk: int):
     self.total = tf.shape(x, out_type=tf.int32)[0]
     static_total = x.shape[0]
     if static_total is not None:
@@ -644,7 +702,6 @@ class _Chunks:
       self.size = tf.maximum(tf.minimum(chunk, self.total), 1)
       self.count = (self.total + self.size - 1) // self.size
     self._x = x
-    self._units = units
     self._use_xla = use_xla
 
   def steps(self, c):
@@ -661,16 +718,16 @@ class _Chunks:
     return tf.gather(rows, tf.minimum(start + tf.range(self.size),
                                       self.total - 1))
 
-  def _template(self, leading, width, gate_rows=None):
-    """Zeros `leading + [B, width * H]` (width None: the input's D), or with
-    `gate_rows` n, `leading + [n, B, H]` (gate-major)."""
+  def _template(self, leading, columns, gate_rows=None):
+    """Zeros `leading + [B, columns]` (columns None: the input's D), or with
+    `gate_rows` n, `leading + [n, B, columns]` (gate-major). Columns: a
+    Python int where static, else a scalar tensor (`Cell.widths`)."""
     x = self._x
-    units, static_units = tf.shape(self._units)[0], self._units.shape[0]
-    if width is None:
+    if columns is None:
       last, static_last = tf.shape(x)[2:], x.shape[2:]
     else:
-      last = [width * units]
-      static_last = [None if static_units is None else width * static_units]
+      last = [columns]
+      static_last = [columns if isinstance(columns, int) else None]
     if gate_rows is not None:
       leading = list(leading) + [gate_rows]
     static_leading = [d if isinstance(d, int) else None for d in leading]
@@ -683,13 +740,13 @@ class _Chunks:
     template.set_shape(static)
     return template
 
-  def step_rows(self, width, gate_rows=None, every_chunk=False):
-    """Rows `[B, width * H]` (or `[gate_rows, B, H]`), one per step: K of
+  def step_rows(self, columns, gate_rows=None, every_chunk=False):
+    """Rows `[B, columns]` (or `[gate_rows, B, columns]`), one per step: K of
     them (one chunk's), or with every_chunk one per step of the grid,
     `[chunks * K, ...]`, written straight where they stay (no per-chunk
     stacking and copying)."""
     return accumulators.InPlaceBlocks(
-        self._template([], width, gate_rows),
+        self._template([], columns, gate_rows),
         self.count * self.size if every_chunk else self.size, self._use_xla)
 
   def by_chunk(self, rows):
@@ -697,11 +754,11 @@ class _Chunks:
     return tf.reshape(rows, tf.concat([[self.count, self.size],
                                        tf.shape(rows)[1:]], 0))
 
-  def chunk_blocks(self, width, gate_rows=None):
-    """One `[K, B, width * H]` block per chunk (width None: `[K, B, D]`;
-    gate_rows n: `[K, n, B, H]`)."""
+  def chunk_blocks(self, columns, gate_rows=None):
+    """One `[K, B, columns]` block per chunk (columns None: `[K, B, D]`;
+    gate_rows n: `[K, n, B, columns]`)."""
     return accumulators.InPlaceBlocks(
-        self._template([self.size], width, gate_rows), self.count,
+        self._template([self.size], columns, gate_rows), self.count,
         self._use_xla)
 
   def join(self, acc, handle):
@@ -730,12 +787,12 @@ def _forward(spec, recompute, use_xla, x, state0, weights, chunk, mask=None,
     dense tensors: the gradient function captures them, and SavedModel
     cannot save a gradient function capturing a TensorList (a variant).
   """
-  cell = _cell(spec, recompute, use_xla)
-  grid = _Chunks(x, weights["recurrent_kernel"], use_xla, chunk)
+  cell = _cell(spec, recompute, use_xla, weights)
+  grid = _Chunks(x, use_xla, chunk)
   w = _compute_weights(cell, weights, x.dtype, dropout)
-  shapes = cell.row_shapes()
+  shapes = cell.row_shapes(cell.widths(weights["recurrent_kernel"]))
   names = sorted(shapes)
-  rows = {n: grid.step_rows(1, shapes[n], every_chunk=True) for n in names}
+  rows = {n: grid.step_rows(*shapes[n], every_chunk=True) for n in names}
   entries = [accumulators.InPlaceBlocks(s, grid.count, use_xla)
              for s in state0]
 
@@ -776,11 +833,12 @@ def _forward(spec, recompute, use_xla, x, state0, weights, chunk, mask=None,
 def _backward(spec, recompute, use_xla, x, weights, outputs, kept, entries,
               d_outputs, d_final, chunk, mask=None, dropout=None):
   """Runs the chunks in reverse; returns `(dx, d state0, d weights)`."""
-  cell = _cell(spec, recompute, use_xla)
-  grid = _Chunks(x, weights["recurrent_kernel"], use_xla, chunk)
+  cell = _cell(spec, recompute, use_xla, weights)
+  grid = _Chunks(x, use_xla, chunk)
   w = _compute_weights(cell, weights, x.dtype, dropout)
   kept_names = cell.kept()
-  dz_rows = grid.step_rows(cell.grad_gates or cell.gates)
+  dz_rows = grid.step_rows(
+      cell.grad_columns(cell.widths(weights["recurrent_kernel"])))
   dx_blocks = grid.chunk_blocks(None)
   grad_names = sorted(weights)
 

@@ -1,11 +1,14 @@
-"""The layer-norm LSTM and SimpleRNN layers against Keras's own loop running
+"""The layers of one cell class (`cell_layers.CellLayer`: the layer-norm
+LSTM and SimpleRNN, the projected LSTM) against Keras's own loop running
 the same cells (`keras.layers.RNN(cell)`, autodiff), with the same weights.
 
-The loops' math is checked against float64 unrolls of TF Addons' formulas
-in test_sequence.py (kinds "layer_norm_lstm", "layer_norm_simple_rnn").
+The loops' math is checked against float64 unrolls of the published
+equations in test_sequence.py (TF Addons' layer-norm cells; PyTorch's
+`nn.LSTM(proj_size)`). The peephole LSTM has its own test_peephole.py.
 """
 
 import os
+import re
 
 import keras
 import numpy as np
@@ -18,10 +21,15 @@ from tf_recurrent import sequence
 
 B, D, H, T = 2, 3, 4, 7
 
+P = 3  # The projected LSTM's proj_size.
+# kind: (layer class, cell class, the arguments both need).
 LAYERS = {"layer_norm_lstm": (tf_recurrent.LayerNormLSTM,
-                              tf_recurrent.LayerNormLSTMCell),
+                              tf_recurrent.LayerNormLSTMCell, {}),
           "layer_norm_simple_rnn": (tf_recurrent.LayerNormSimpleRNN,
-                                    tf_recurrent.LayerNormSimpleRNNCell)}
+                                    tf_recurrent.LayerNormSimpleRNNCell, {}),
+          "projected_lstm": (tf_recurrent.ProjectedLSTM,
+                             tf_recurrent.ProjectedLSTMCell,
+                             {"proj_size": P})}
 
 
 @pytest.fixture(autouse=True)
@@ -32,7 +40,8 @@ def short_chunks(monkeypatch):
 def layer_pair(kind, **kwargs):
   """Ours and `keras.layers.RNN` of the same cell class, same weights (the
   norms' gammas and betas random too, so that their gradients matter)."""
-  layer_class, cell_class = LAYERS[kind]
+  layer_class, cell_class, needed = LAYERS[kind]
+  kwargs = {**needed, **kwargs}
   ours = layer_class(H, return_sequences=True, return_state=True, **kwargs)
   theirs = keras.layers.RNN(cell_class(H, **kwargs), return_sequences=True,
                             return_state=True)
@@ -60,11 +69,17 @@ def test_layer_runs_the_chunked_loop(monkeypatch, kind):
   kinds = []
   real_run = sequence.run
   monkeypatch.setattr(sequence, "run", lambda k, *a, **kw: kinds.append(
-      (k, kw["norm_epsilon"])) or real_run(k, *a, **kw))
+      (k, kw.get("norm_epsilon"), sorted(a[2]))) or real_run(k, *a, **kw))
   ours, _ = layer_pair(kind)
   ours(layer_inputs()[0])
-  epsilon = 1e-3 if kind == "layer_norm_lstm" else 1e-5  # Addons' defaults.
-  assert kinds == [(kind, epsilon)]
+  lstm = ["bias", "kernel", "recurrent_kernel"]
+  norms = [f"{p}_{w}" for p in ("kernel", "recurrent", "state")
+           for w in ("beta", "gamma")]
+  assert kinds == {  # Addons' default epsilons.
+      "layer_norm_lstm": [(kind, 1e-3, sorted(lstm + norms))],
+      "layer_norm_simple_rnn": [(kind, 1e-5, sorted(lstm + ["gamma"]))],
+      "projected_lstm": [("lstm", None, sorted(lstm + ["projection"]))],
+  }[kind]
 
 
 CASES = {"plain": (False, {}), "holes_backwards": (True, {"go_backwards": True}),
@@ -111,9 +126,11 @@ def test_layer_matches_keras_rnn_of_cell(kind, mode, case):
 def test_bidirectional_matches_keras(kind):
   ours, theirs = layer_pair(kind)
   x, mask = layer_inputs()
-  pair = [keras.layers.Bidirectional(type(ours)(H, return_sequences=True)),
+  needed = LAYERS[kind][2]
+  pair = [keras.layers.Bidirectional(type(ours)(H, return_sequences=True,
+                                                **needed)),
           keras.layers.Bidirectional(keras.layers.RNN(
-              type(theirs.cell)(H), return_sequences=True))]
+              type(theirs.cell)(H, **needed), return_sequences=True))]
   for layer in pair:
     layer.build((B, T, D))
   pair[1].set_weights(pair[0].get_weights())
@@ -129,13 +146,13 @@ def test_bidirectional_matches_keras(kind):
 
 @pytest.mark.parametrize("kind", sorted(LAYERS))
 def test_keras_save_load_and_saved_model_reload(tmp_path, kind):
-  layer_class, _ = LAYERS[kind]
+  layer_class, _, needed = LAYERS[kind]
   x, _ = layer_inputs()
   inputs = keras.Input((T, D))
   # (No dropout: Keras's seed generator cannot be saved in a tf.Module,
   # keras.layers.SimpleRNN(dropout=0.1)'s neither.)
   outputs = layer_class(H, return_sequences=True, recompute=True,
-                        kernel_initializer="random_normal")(inputs)
+                        kernel_initializer="random_normal", **needed)(inputs)
   model = keras.Model(inputs, outputs)
   path = os.path.join(tmp_path, "model.keras")
   model.save(path)
@@ -176,3 +193,34 @@ def test_cell_config_round_trip():
   again = tf_recurrent.LayerNormSimpleRNNCell.from_config(rnn.get_config())
   assert again.layernorm_epsilon == 1e-2
   assert again.layernorm.gamma_regularizer is not None
+
+
+@pytest.mark.parametrize("kind", sorted(LAYERS))
+def test_inference_graph_matches_keras(kind):
+  """A graph nothing differentiates runs the layers' inference loops (the
+  ones TFLite converts): the same numbers as Keras's loop."""
+  ours, theirs = layer_pair(kind)
+  x, _ = layer_inputs()
+  infer = lambda layer: tf.function(lambda v: layer(v, training=False))(x)
+  for a, b in zip(infer(ours), infer(theirs)):
+    np.testing.assert_allclose(a, b, rtol=3e-5, atol=3e-5)
+
+
+@pytest.mark.parametrize("proj_size", [0, -2, 2.5, None, True])
+def test_projected_lstm_names_a_bad_proj_size(proj_size):
+  with pytest.raises(ValueError, match=r"proj_size must be a positive int.*"
+                     + re.escape(repr(proj_size))):
+    tf_recurrent.ProjectedLSTM(4, proj_size=proj_size)
+
+
+def test_projected_lstm_shapes_as_pytorch_documents():
+  """`nn.LSTM(input_size=D, hidden_size=H, proj_size=P)`: outputs and h P
+  wide, c H wide; weight_hh `[4H, P]`, weight_hr `[P, H]` (Keras's layout
+  is their transpose)."""
+  layer = tf_recurrent.ProjectedLSTM(H, proj_size=P, return_sequences=True,
+                                     return_state=True)
+  outputs, h, c = layer(layer_inputs()[0])
+  assert (outputs.shape, h.shape, c.shape) == ((B, T, P), (B, P), (B, H))
+  cell = layer.cell
+  assert tuple(cell.recurrent_kernel.shape) == (P, 4 * H)
+  assert tuple(cell.projection.shape) == (H, P)
