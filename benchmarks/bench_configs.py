@@ -2,8 +2,9 @@ r"""Layer configurations against the Keras layer with the same configuration.
 
 Each configuration (a masked LSTM, a masked GRU, ...) is run as
 `tf_recurrent.<Layer>` and as `keras.layers.<Layer>` with the same options,
-inputs and mask (for the cells Keras 3 does not ship, peephole and
-layer-norm, Keras's loop `keras.layers.RNN` of our `<Layer>Cell`), one full training step each (forward over T steps, a loss
+inputs and mask (for the cells Keras 3 does not ship, peephole,
+layer-norm, projected and zoneout, Keras's loop `keras.layers.RNN` of our
+`<Layer>Cell`), one full training step each (forward over T steps, a loss
 over every step's output, the gradients of all weights). Reported:
 
 * time: per (configuration, mode, T) both layers are warmed up, then timed
@@ -72,6 +73,8 @@ CONFIGS = {
     "LayerNormSimpleRNN plain": ("LayerNormSimpleRNN", {}, False),
     "ProjectedLSTM proj_size=128": ("ProjectedLSTM", {"proj_size": 128},
                                     False),
+    "ZoneoutLSTM zoneout 0.1/0.1": ("ZoneoutLSTM", {"zoneout_h": 0.1,
+                                                    "zoneout_c": 0.1}, False),
 }
 IMPLS = ("ours", "keras")
 

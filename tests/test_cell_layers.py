@@ -29,7 +29,15 @@ LAYERS = {"layer_norm_lstm": (tf_recurrent.LayerNormLSTM,
                                     tf_recurrent.LayerNormSimpleRNNCell, {}),
           "projected_lstm": (tf_recurrent.ProjectedLSTM,
                              tf_recurrent.ProjectedLSTMCell,
-                             {"proj_size": P})}
+                             {"proj_size": P}),
+          "zoneout_lstm": (tf_recurrent.ZoneoutLSTM,
+                           tf_recurrent.ZoneoutLSTMCell,
+                           {"zoneout_h": 0.3, "zoneout_c": 0.2}),
+          "zoneout_gru": (tf_recurrent.ZoneoutGRU, tf_recurrent.ZoneoutGRUCell,
+                          {"zoneout_h": 0.3})}
+# Zoneout draws per step in Keras's loop and per call in ours: the two
+# compare in inference (the expectation); training is tested on its own.
+ZONEOUT = ("zoneout_lstm", "zoneout_gru")
 
 
 @pytest.fixture(autouse=True)
@@ -69,16 +77,21 @@ def test_layer_runs_the_chunked_loop(monkeypatch, kind):
   kinds = []
   real_run = sequence.run
   monkeypatch.setattr(sequence, "run", lambda k, *a, **kw: kinds.append(
-      (k, kw.get("norm_epsilon"), sorted(a[2]))) or real_run(k, *a, **kw))
+      (k, kw.get("norm_epsilon"), sorted(a[2]), sorted(kw.get("zoneout") or
+                                                       {})))
+      or real_run(k, *a, **kw))
   ours, _ = layer_pair(kind)
   ours(layer_inputs()[0])
   lstm = ["bias", "kernel", "recurrent_kernel"]
   norms = [f"{p}_{w}" for p in ("kernel", "recurrent", "state")
            for w in ("beta", "gamma")]
   assert kinds == {  # Addons' default epsilons.
-      "layer_norm_lstm": [(kind, 1e-3, sorted(lstm + norms))],
-      "layer_norm_simple_rnn": [(kind, 1e-5, sorted(lstm + ["gamma"]))],
-      "projected_lstm": [("lstm", None, sorted(lstm + ["projection"]))],
+      "layer_norm_lstm": [(kind, 1e-3, sorted(lstm + norms), [])],
+      "layer_norm_simple_rnn": [(kind, 1e-5, sorted(lstm + ["gamma"]), [])],
+      "projected_lstm": [("lstm", None, sorted(lstm + ["projection"]), [])],
+      "zoneout_lstm": [("lstm", None, lstm, ["c", "h"])],
+      "zoneout_gru": [("gru", None, sorted(lstm + ["recurrent_bias"]),
+                       ["h"])],
   }[kind]
 
 
@@ -88,11 +101,13 @@ CASES = {"plain": (False, {}), "holes_backwards": (True, {"go_backwards": True})
                                   "seed": 7})}
 
 
-@pytest.mark.parametrize("kind", sorted(LAYERS))
-@pytest.mark.parametrize("mode,case", [
-    (mode, case) for mode in ("eager", "function", "xla") for case in CASES
-    # XLA draws other random numbers from a seed than Keras does eagerly.
-    if not (mode == "xla" and case == "holes_dropout")])
+@pytest.mark.parametrize("kind,mode,case", [
+    (kind, mode, case) for kind in sorted(LAYERS)
+    for mode in ("eager", "function", "xla") for case in CASES
+    # XLA draws other random numbers from a seed than Keras does eagerly;
+    # the zoneout layers compare in inference, where dropout is off.
+    if not (mode == "xla" and case == "holes_dropout") and
+    not (kind in ZONEOUT and case == "holes_dropout")])
 def test_layer_matches_keras_rnn_of_cell(kind, mode, case):
   masked, kwargs = CASES[case][0], dict(CASES[case][1])
   layer_kwargs = {k: kwargs.pop(k) for k in ("go_backwards",) if k in kwargs}
@@ -108,7 +123,8 @@ def test_layer_matches_keras_rnn_of_cell(kind, mode, case):
   def build(layer):
     def run(watch):
       watch(x)
-      values = layer(x, mask=mask if masked else None, training=True)
+      values = layer(x, mask=mask if masked else None,
+                     training=kind not in ZONEOUT)
       loss = sum(tf.reduce_sum(tf.sin(v) * (k + 1.0))
                  for k, v in enumerate(values))
       return values, loss, [x] + layer.trainable_variables
@@ -224,3 +240,40 @@ def test_projected_lstm_shapes_as_pytorch_documents():
   cell = layer.cell
   assert tuple(cell.recurrent_kernel.shape) == (P, 4 * H)
   assert tuple(cell.projection.shape) == (H, P)
+
+
+@pytest.mark.parametrize("kind", ZONEOUT)
+@pytest.mark.parametrize("mode", ["eager", "xla"])
+def test_zoneout_training_keeps_units_at_the_rate_reproducibly(kind, mode):
+  """Training: about `zoneout_h` of the units keep their previous output,
+  the same ones for the same seed; inference: none (the expectation)."""
+  layer_class, _, needed = LAYERS[kind]
+  x = tf.random.stateless_normal([16, 40, D], seed=[1, 2])
+
+  weights = []
+
+  def outputs(training):  # A fresh layer: its seed generator starts over.
+    layer = layer_class(8, return_sequences=True, seed=11, **needed)
+    layer.build(x.shape)
+    if weights:
+      layer.set_weights(weights)
+    weights[:] = layer.get_weights()
+    call = lambda v: layer(v, training=training)
+    return (call if mode == "eager" else tf.function(
+        call, jit_compile=True))(x)
+
+  def kept(out):
+    return float(tf.reduce_mean(tf.cast(out[:, 1:] == out[:, :-1],
+                                        tf.float32)))
+
+  first, again = outputs(True), outputs(True)
+  np.testing.assert_array_equal(first, again)
+  assert abs(kept(first) - needed["zoneout_h"]) < 0.03, kept(first)
+  assert kept(outputs(False)) < 0.01
+
+
+@pytest.mark.parametrize("rate", [-0.1, 1.5, "0.1", True])
+def test_zoneout_names_a_bad_rate(rate):
+  with pytest.raises(ValueError, match=r"zoneout_c must be a float in "
+                     r"\[0, 1\]; got " + re.escape(repr(rate))):
+    tf_recurrent.ZoneoutLSTM(4, zoneout_c=rate)

@@ -483,3 +483,66 @@ def test_unknown_kind_is_named():
   with pytest.raises(ValueError, match="kind must be one of .*'layer_norm_lstm'"
                      ".*got 'lstn'"):
     sequence.run("lstn", x, state0, w)
+
+
+# Zoneout (Krueger et al. 2017): a unit keeps its previous value where the
+# step's mask is 1; the kinds with zoneout and their state leaves.
+ZONEOUT_KINDS = {"lstm": ("h", "c"), "projected_lstm": ("h", "c"),
+                 "gru": ("h",), "gru_reset_before": ("h",)}
+
+
+def zoneout_masks(kind, steps, seed=9, dtype=tf.float64):
+  """Per step and unit, 1 (keep the previous value) with probability 0.3."""
+  rng = np.random.default_rng(seed)
+  widths = {"h": h_width(kind), "c": H}
+  return {leaf: tf.constant(rng.random([steps, B, widths[leaf]]) < 0.3, dtype)
+          for leaf in ZONEOUT_KINDS[kind]}
+
+
+def unrolled_with_zoneout(kind, x, state0, w, mask, zoneout):
+  """The unroll, one step at a time: each new state leaf zoned out
+  (`keep * previous + (1 - keep) * new`), then a masked step carried."""
+  state, outputs = list(state0), []
+  for t in range(x.shape[0]):
+    _, new = UNROLLED[kind](x[t:t + 1], state, w, {})
+    new = [zoneout[leaf][t] * s + (1.0 - zoneout[leaf][t]) * n
+           for leaf, s, n in zip(ZONEOUT_KINDS[kind], state, new)]
+    if mask is not None:
+      new = [tf.where(mask[t][:, None], n, s) for n, s in zip(new, state)]
+    state = new
+    outputs.append(state[0])
+  return tf.stack(outputs), state
+
+
+@pytest.mark.parametrize("mode,recompute", [
+    (mode, False) for mode in GRAPH_MODES] + [("function", True),
+                                             ("xla", True)])
+@pytest.mark.parametrize("kind", sorted(ZONEOUT_KINDS))
+@pytest.mark.parametrize("mask_name", [None, "holes"])
+def test_zoneout_matches_unroll(mode, kind, recompute, mask_name):
+  steps = 7
+
+  def build(fn):
+    def run(watch):
+      x, state0, w = case(kind, steps)
+      watch([x, state0, w])
+      outputs, final = fn(x, state0, w, mask_of(mask_name, steps),
+                          zoneout_masks(kind, steps))
+      return ([outputs, final], loss_of(outputs, final),
+              tf.nest.flatten([x, state0, w]))
+    return run
+
+  got = values_and_grads(mode, build(
+      lambda x, s, w, m, z: run_kind(kind, x, s, w, recompute=recompute,
+                                     mask=m, zoneout=z)))
+  want = values_and_grads("eager", build(
+      lambda x, s, w, m, z: unrolled_with_zoneout(kind, x, s, w, m, z)))
+  for a, b in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
+    np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
+
+
+def test_zoneout_is_refused_where_not_built():
+  x, state0, w = case("simple_rnn", 3)
+  with pytest.raises(ValueError, match="zoneout is built for .*lstm.*not .simple_rnn"):
+    sequence.run("simple_rnn", x, state0, w,
+                 zoneout={"h": tf.zeros([3, B, H], tf.float64)})

@@ -137,7 +137,8 @@ CASES = {
     "bidirectional_gru": (sequential(lambda: keras.layers.Bidirectional(
         tf_recurrent.GRU(H, return_sequences=True))), 0),
     # The cells Keras 3 does not ship: a builtin loop (the fused LSTM's
-    # peephole, layer-norm and projection inputs are not mapped).
+    # peephole, layer-norm and projection inputs are not mapped; zoneout
+    # at inference is its expectation, which the fused op lacks).
     "peephole_lstm": (sequential(lambda: tf_recurrent.PeepholeLSTM(
         H, return_sequences=True)), 0),
     "layer_norm_lstm": (sequential(lambda: tf_recurrent.LayerNormLSTM(
@@ -146,6 +147,8 @@ CASES = {
         lambda: tf_recurrent.LayerNormSimpleRNN(H)), 0),
     "projected_lstm": (sequential(lambda: tf_recurrent.ProjectedLSTM(
         H, proj_size=H - 1, return_sequences=True)), 0),
+    "zoneout_lstm": (sequential(lambda: tf_recurrent.ZoneoutLSTM(
+        H, zoneout_h=0.3, zoneout_c=0.2, return_sequences=True)), 0),
     "conv_lstm_2d": (sequential(lambda: tf_recurrent.ConvLSTM2D(
         2, 3, padding="same", return_sequences=True), shape=(3, 5, 5, 2),
                                 batch=1), 0),

@@ -22,6 +22,10 @@ from tf_recurrent.dynamic import bidirectional_dynamic_rnn
 from tf_recurrent.dynamic import dynamic_rnn
 from tf_recurrent.dynamic import raw_rnn
 from tf_recurrent.seeds import step_seed
+from tf_recurrent.zoneout import ZoneoutGRU
+from tf_recurrent.zoneout import ZoneoutGRUCell
+from tf_recurrent.zoneout import ZoneoutLSTM
+from tf_recurrent.zoneout import ZoneoutLSTMCell
 from tf_recurrent.layers import ConvLSTM2D
 from tf_recurrent.layers import GRU
 from tf_recurrent.layers import LSTM
@@ -44,6 +48,7 @@ __all__ = ["recurrent", "Recurrent", "bidirectional", "step_seed", "RNN", "LSTM"
            "SimpleRNN", "ConvLSTM2D", "PeepholeLSTM", "PeepholeLSTMCell",
            "LayerNormLSTM", "LayerNormLSTMCell", "LayerNormSimpleRNN",
            "LayerNormSimpleRNNCell", "ProjectedLSTM", "ProjectedLSTMCell",
+           "ZoneoutLSTM", "ZoneoutLSTMCell", "ZoneoutGRU", "ZoneoutGRUCell",
            "StreamingModule", "export_saved_model",
            "lingvo", "contrib", "dynamic_rnn", "bidirectional_dynamic_rnn",
            "raw_rnn", "tflite"]

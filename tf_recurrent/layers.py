@@ -83,6 +83,11 @@ def _default_options(cell) -> Dict[str, Any]:
   return {}
 
 
+def _no_run_inputs(cell, x, state0, training) -> Dict[str, Any]:
+  del cell, x, state0, training
+  return {}
+
+
 @dataclasses.dataclass(frozen=True)
 class BuiltInCell:
   """A Keras cell class the layers run on the chunked loop pair.
@@ -94,11 +99,15 @@ class BuiltInCell:
       kernels and biases, by name, given the cell.
     options: More keyword arguments of `sequence.run` (`norm_epsilon`),
       given the cell.
+    run_inputs: Per-call tensor arguments of `sequence.run` (`zoneout`
+      masks), given the cell, the time-major inputs, the initial state
+      and `training`.
   """
   kind: Callable[[Any], str]
   plain: Dict[str, Any]
   extra_weights: Callable[[Any], Dict[str, Any]] = _no_extra_weights
   options: Callable[[Any], Dict[str, Any]] = _default_options
+  run_inputs: Callable[..., Dict[str, Any]] = _no_run_inputs
 
 
 KERAS_GATES = {"activation": keras.activations.tanh,
@@ -118,11 +127,10 @@ BUILT_IN_CELLS = {
 
 
 def _fuses_as_lstm(cell) -> bool:
-  """Whether the cell is a plain LSTM, which TFLite's fused LSTM computes
-  (no extra weights: no peephole, projection or norms)."""
-  spec = _built_in(cell)
-  return (spec is not None and spec.kind(cell) == "lstm" and
-          not spec.extra_weights(cell))
+  """Whether the cell is a plain `keras.layers.LSTMCell`, which TFLite's
+  fused LSTM computes (not a subclass: peephole, projection, norms,
+  zoneout)."""
+  return type(cell) is keras.layers.LSTMCell and _built_in(cell) is not None
 
 
 def _built_in(cell) -> Optional[BuiltInCell]:
@@ -312,7 +320,8 @@ class _RecurrentLoop:
     recompute = self.recompute or tflite.no_tape_records(training)
     carried, final = sequence.run(
         kind, x, state0, self._sequence_weights(spec), recompute=recompute,
-        mask=mask, dropout=dropout, **spec.options(cell))
+        mask=mask, dropout=dropout, **spec.options(cell),
+        **spec.run_inputs(cell, x, state0, training))
     if mask is None:
       return carried, final, carried[-1]
     # A masked step's row is the carried h; Keras emits the previous output

@@ -189,9 +189,13 @@ class Cell:
       (with a mask, the carried state is written).
     kept_with_gates: What the backward pass reads per step besides the
       outputs, unless recomputing.
+    takes_zoneout: Whether `run`'s zoneout applies (the loops zone the
+      state leaves out around `step` and `grad_step`; `prepare` gets the
+      chunk's masks as `zone_block`).
   """
 
   gates: int
+  takes_zoneout: bool = False
   grad_gates: Optional[int] = None
   gate_rows: int = 0
   state_rows: Tuple[str, ...] = ("h",)
@@ -306,6 +310,7 @@ class _Lstm(Cell):
   gates = 4
   gate_rows = 4
   state_rows = ("h", "c")
+  takes_zoneout = True
 
   def kept(self):
     if self.recompute:
@@ -361,33 +366,43 @@ class _Lstm(Cell):
       rows["gates"] = tf.stack(gates)
     return {k: v for k, v in rows.items() if k == "h" or k in kept}
 
-  def prepare(self, w, kept, entry, x_block, mask_block):
+  def prepare(self, w, kept, entry, x_block, mask_block, zone_block=None):
     """What the chunk's backward steps and weight GEMMs read, `[K, ...]`.
 
     kept: The chunk's kept blocks and "h", the outputs of its steps.
     mask_block: The chunk's `[K, B]` mask, or None.
+    zone_block: The chunk's zoneout masks ("c": `[K, B, H]`), or None.
     """
     h_entry, c_entry = entry
     h_prev = shift_in(h_entry, kept["h"])
     if self.recompute:
       z = self.project(w, x_block) + w["recurrent"](h_prev)
       gates = tf.stack(self._activate(z), axis=1)
-      c = self._cell_states(c_entry, gates, mask_block)
+      c = self._cell_states(c_entry, gates, mask_block, zone_block)
     else:
       gates = kept["gates"]
       c = (kept["c"] if "c" in kept else
-           self._cell_states(c_entry, gates, mask_block))
-    return {"gates": gates, "c": c, "c_prev": shift_in(c_entry, c),
-            "h_prev": h_prev}
+           self._cell_states(c_entry, gates, mask_block, zone_block))
+    c_prev = shift_in(c_entry, c)
+    if zone_block is not None:
+      # The carried c is zoned out; the step's gradient reads the c it
+      # computed, `f * c_prev + i * g`.
+      c = gates[:, 2] * c_prev + gates[:, 0] * gates[:, 1]
+    return {"gates": gates, "c": c, "c_prev": c_prev, "h_prev": h_prev}
 
-  def _cell_states(self, c_entry, gates, mask_block):
+  def _cell_states(self, c_entry, gates, mask_block, zone_block=None):
     """The chunk's c rows, `c_t = f_t * c_{t-1} + i_t * g_t`, from its entry.
 
-    At a masked step c is carried (f = 1, i * g = 0: exactly c_{t-1}).
-    Elementwise only (no GEMM): with `recompute=True` cheaper to redo per
-    chunk than to keep H floats per step.
+    At a masked step c is carried (f = 1, i * g = 0: exactly c_{t-1}); with
+    zoneout `c_t = k * c_{t-1} + (1 - k) * (f * c_{t-1} + i * g)` (f
+    becomes `k + (1 - k) f`, i * g `(1 - k) i g`). Elementwise only (no
+    GEMM): with `recompute=True` cheaper to redo per chunk than to keep H
+    floats per step.
     """
     forget, update = gates[:, 2], gates[:, 0] * gates[:, 1]
+    if zone_block is not None:
+      keep = zone_block["c"]
+      forget, update = keep + (1.0 - keep) * forget, (1.0 - keep) * update
     if mask_block is not None:
       forget = masks.select(mask_block, forget, tf.ones_like(forget))
       update = masks.zero_where_off(mask_block, update)
@@ -449,6 +464,8 @@ class _PeepholeLstm(_Lstm):
   peephole weights' gradients are summed per chunk from the dz block and
   the chunk's c rows, like the bias's.
   """
+
+  takes_zoneout = False
 
   def _peephole_step(self, p, z, c_prev):
     """`(i, g, f, o, c)` of one step from its pre-activations `[..., 4H]`
@@ -533,6 +550,9 @@ class _PeepholeLstm(_Lstm):
 class _Gru(Cell):
   """GRU math (Keras `reset_after=True`, gates `[z, r, h]`) for the loops.
 
+  Zoneout needs nothing of it: the gradient reads h entering a step (the
+  outputs, zoned out) and the kept or recomputed gates.
+
   Weights: kernel `[D, 3H]`, recurrent_kernel `[H, 3H]`, bias `[3H]` (the
   input bias), recurrent_bias `[3H]`. State: `(h,)`. Kept per step (unless
   recomputing): `[z, r, h~, U_h h + b_h]`, gate-major `[4, B, H]`.
@@ -541,6 +561,7 @@ class _Gru(Cell):
   gates = 3
   gate_rows = 4
   kept_with_gates = ("gates",)
+  takes_zoneout = True
 
   def _gates(self, w, projected, h):
     recurrent = w["recurrent"](h) + w["recurrent_bias"]
@@ -561,8 +582,9 @@ class _Gru(Cell):
       rows["gates"] = tf.stack(gates)
     return (h1,), rows
 
-  def prepare(self, w, kept, entry, x_block, mask_block):
-    del mask_block  # h_prev is read from the outputs, carried when masked.
+  def prepare(self, w, kept, entry, x_block, mask_block, zone_block=None):
+    # h_prev is read from the outputs, carried when masked, zoned out.
+    del mask_block, zone_block
     h_prev = shift_in(entry[0], kept["h"])
     if self.recompute:
       gates = tf.stack(self._gates(w, self.project(w, x_block), h_prev),
@@ -776,9 +798,9 @@ def _compute_weights(cell: Cell, weights: Dict[str, Tensor], dtype,
 
 
 def _forward(spec, recompute, use_xla, x, state0, weights, chunk, mask=None,
-             dropout=None):
-  """Runs the chunks forward (mask: `[T, B]` bool or None; dropout: see
-  `run`).
+             dropout=None, zoneout=None):
+  """Runs the chunks forward (mask: `[T, B]` bool or None; dropout and
+  zoneout: see `run`).
 
   Returns:
     `(outputs [T, B, H], final state, kept, entries)`: kept holds, for each
@@ -803,10 +825,14 @@ def _forward(spec, recompute, use_xla, x, state0, weights, chunk, mask=None,
     x_block = grid.inputs(start)
     projected = cell.project(w, x_block)
     mask_block = None if mask is None else grid.chunk_of(mask, start)
+    zone_block = _zone_block(grid, zoneout, start)
 
     def step(j, state, handles):
       # Leading-axis slices: the TF executor aliases them (a gather copies).
       new, out = cell.step(w, state, projected[j])
+      if zone_block is not None:
+        new = _zoned_out(cell, zone_block, j, state, new)
+        out = {**out, **dict(zip(cell.state_rows, new))}
       if mask_block is not None:
         new = _carry_where_masked(mask_block[j], new, state)
         out = {**out, **dict(zip(cell.state_rows, new))}
@@ -831,7 +857,8 @@ def _forward(spec, recompute, use_xla, x, state0, weights, chunk, mask=None,
 
 
 def _backward(spec, recompute, use_xla, x, weights, outputs, kept, entries,
-              d_outputs, d_final, chunk, mask=None, dropout=None):
+              d_outputs, d_final, chunk, mask=None, dropout=None,
+              zoneout=None):
   """Runs the chunks in reverse; returns `(dx, d state0, d weights)`."""
   cell = _cell(spec, recompute, use_xla, weights)
   grid = _Chunks(x, use_xla, chunk)
@@ -850,13 +877,24 @@ def _backward(spec, recompute, use_xla, x, weights, outputs, kept, entries,
     chunk_kept = {n: blocks[c] for n, blocks in zip(kept_names, kept)}
     chunk_kept["h"] = grid.chunk_of(outputs, start)
     mask_block = None if mask is None else grid.chunk_of(mask, start)
+    zone_block = _zone_block(grid, zoneout, start)
     prep = cell.prepare(w, chunk_kept, [e[c] for e in entries], x_block,
-                        mask_block)
+                        mask_block, **({} if zone_block is None
+                                       else {"zone_block": zone_block}))
 
     def step(j, dstate, handle):
       dh = dstate[0] + d_outputs[start + j]
       d_leaving = (dh,) + tuple(dstate[1:])
-      d_entering, dz = cell.grad_step(w, prep, j, d_leaving)
+      if zone_block is None:
+        d_entering, dz = cell.grad_step(w, prep, j, d_leaving)
+      else:
+        # The step's computed state reaches the zoned one through 1 - k,
+        # the entering state through k.
+        kept_ = [zone_block[leaf][j] for leaf in cell.state_rows]
+        d_entering, dz = cell.grad_step(
+            w, prep, j, tuple((1.0 - k) * d for k, d in zip(kept_, d_leaving)))
+        d_entering = tuple(e + k * d for e, k, d in
+                           zip(d_entering, kept_, d_leaving))
       if mask_block is not None:
         running = mask_block[j]
         # A masked step carried its state: its gradient passes through.
@@ -882,6 +920,20 @@ def _backward(spec, recompute, use_xla, x, weights, outputs, kept, entries,
           cell.external_grads(dict(zip(grad_names, grads))))
 
 
+def _zone_block(grid: "_Chunks", zoneout, start):
+  """The chunk's zoneout masks by state leaf, `[K, B, ...]`, or None."""
+  if zoneout is None:
+    return None
+  return {leaf: grid.chunk_of(m, start) for leaf, m in zoneout.items()}
+
+
+def _zoned_out(cell: Cell, zone_block, j, state, computed):
+  """Zoneout of step j: per unit the entering value where the mask is 1
+  (its expectation `k * entering + (1 - k) * computed` for a mask k)."""
+  return tuple(zone_block[leaf][j] * s + (1.0 - zone_block[leaf][j]) * n
+               for leaf, s, n in zip(cell.state_rows, state, computed))
+
+
 def _carry_where_masked(running: Tensor, computed, carried):
   """Per example, the step's `computed` state leaves (or their gradients)
   where `running` (`[B]` bool), else the `carried` ones: Keras's masked
@@ -895,10 +947,23 @@ def _carry_where_masked(running: Tensor, computed, carried):
 # batch, chunks), except the weights' (H must stay static) and the Python
 # chunk length; a `[T, B]` mask entirely; `[gates, B, F]` dropout masks all
 # but F.
-_FORWARD_UNKNOWN = (-1, -1, 0, 0, 2, -1)  # x, state0, weights, chunk, mask,
-# dropout
-_BACKWARD_UNKNOWN = (-1, 0, -1, -1, -1, -1, -1, 0, 2, -1)  # x, weights,
-# outputs, kept, entries, d_outputs, d_final, chunk, mask, dropout
+_FORWARD_UNKNOWN = (-1, -1, 0, 0, 2, -1, -1)  # x, state0, weights, chunk,
+# mask, dropout, zoneout
+_BACKWARD_UNKNOWN = (-1, 0, -1, -1, -1, -1, -1, 0, 2, -1, -1)  # x, weights,
+# outputs, kept, entries, d_outputs, d_final, chunk, mask, dropout, zoneout
+
+
+def _check_zoneout(kind: str, zoneout: Dict[str, Tensor]) -> None:
+  """Zoneout only where built, on the state leaves of the kind."""
+  cell_class = _CELLS[kind]
+  takers = sorted(k for k, c in _CELLS.items() if c.takes_zoneout)
+  if not cell_class.takes_zoneout:
+    raise ValueError(f"sequence.run: zoneout is built for the kinds "
+                     f"{takers}, not {kind!r}.")
+  if not set(zoneout) <= set(cell_class.state_rows):
+    raise ValueError(f"sequence.run: zoneout of {kind!r} takes masks for "
+                     f"the state leaves {list(cell_class.state_rows)}; got "
+                     f"{sorted(zoneout)}.")
 
 
 @functools.lru_cache(maxsize=None)
@@ -917,7 +982,9 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
         weights: Dict[str, Tensor], recompute: bool = False,
         mask: Optional[Tensor] = None,
         dropout: Optional[Dict[str, Tensor]] = None,
-        norm_epsilon: float = 1e-3) -> Tuple[Tensor, List[Tensor]]:
+        norm_epsilon: float = 1e-3,
+        zoneout: Optional[Dict[str, Tensor]] = None
+        ) -> Tuple[Tensor, List[Tensor]]:
   """Runs a built-in cell over time-major inputs, with its gradient.
 
   Args:
@@ -948,6 +1015,12 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
       or one mask for all gates, `[B, D]` / `[B, H]`. (One input mask for
       all gates is cheaper applied to x by the caller.)
     norm_epsilon: The layer-norm kinds' epsilon.
+    zoneout: Optional zoneout (Krueger et al. 2017) of the LSTM and GRU
+      kinds: per state leaf ("h", and an LSTM's "c"), `[T, B, width]`
+      masks, the same dtype as x. Each step's new value of the leaf becomes
+      `k * entering + (1 - k) * computed`: with 0/1 masks (training) a unit
+      keeps its value where k is 1; with k the rate everywhere, the
+      expectation (inference). Applied before a Keras mask's carry.
 
   Returns:
     `(outputs [T, B, H], final state list)`.
@@ -964,6 +1037,8 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
   if kind not in _CELLS:
     raise ValueError(f"sequence.run: kind must be one of {sorted(_CELLS)}; "
                      f"got {kind!r}.")
+  if zoneout is not None:
+    _check_zoneout(kind, zoneout)
   # Read variables here, outside the custom gradient: their gradient then
   # reaches them through the read.
   weights = {k: tf.convert_to_tensor(v) for k, v in weights.items()}
@@ -971,6 +1046,9 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
     mask = tf.cast(mask, tf.bool)
   dropout = {k: tf.stop_gradient(m) for k, m in (dropout or {}).items()
              if m is not None} or None
+  if zoneout is not None:
+    zoneout = {k: tf.stop_gradient(tf.cast(m, x.dtype))
+               for k, m in zoneout.items()} or None
   names = sorted(weights)
   n_state = len(state0)
   chunk = CHUNK
@@ -997,7 +1075,8 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
     # (unneeded, and for in-place writes undefined) gradient.
     cut = functools.partial(tf.nest.map_structure, tf.stop_gradient)
     outputs, final, kept, entries = forward_fn(cut(x), cut(state), cut(w),
-                                               chunk, mask, dropout)
+                                               chunk, mask, dropout,
+                                               zoneout)
 
     def grad_fn(d_outputs, *d_final):
       d_outputs = (tf.zeros_like(outputs) if d_outputs is None
@@ -1005,7 +1084,7 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
       d_final = [tf.zeros_like(s) if d is None else tf.cast(d, s.dtype)
                  for s, d in zip(final, d_final)]
       dx, dstate0, dw = backward_fn(x, w, outputs, kept, entries, d_outputs,
-                                    d_final, chunk, mask, dropout)
+                                    d_final, chunk, mask, dropout, zoneout)
       return [dx] + dstate0 + [dw[k] for k in names]
 
     return [outputs] + final, grad_fn
