@@ -28,7 +28,7 @@ chunk: for the LSTM `[dz (4H) | dc (H)]`, for the SimpleRNN
 `[d(x W + h U) (H) | d(LN + b) (H)]`.
 """
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import tensorflow as tf
 
@@ -38,18 +38,49 @@ from tf_recurrent import sequence
 Tensor = tf.Tensor
 
 
+# Norms of 16-bit floats are computed in float32, as Keras's
+# LayerNormalization does under a mixed-precision policy; the backward pass
+# keeps their n and rstd in float32 (bfloat16's rounding of n, amplified by
+# the norm's gradient, cost 3x Keras's error against float32).
+_HALF = (tf.bfloat16, tf.float16)
+
+
+def _wide(t: Tensor) -> Tensor:
+  """`t` in float32 if it is a 16-bit float, else as it is."""
+  return tf.cast(t, tf.float32) if t.dtype in _HALF else t
+
+
 def _normalize(t: Tensor, epsilon: float) -> Tuple[Tensor, Tensor]:
-  """`(n, rstd)` of a layer norm over `t`'s last axis (rstd keeps it, 1)."""
-  mean, variance = tf.nn.moments(t, axes=[-1], keepdims=True)
+  """`(n, rstd)` of a layer norm over `t`'s last axis, in float32 for a
+  16-bit `t` (rstd keeps the axis, 1)."""
+  mean, variance = tf.nn.moments(_wide(t), axes=[-1], keepdims=True)
   rstd = tf.math.rsqrt(variance + epsilon)
-  return (t - mean) * rstd, rstd
+  return (_wide(t) - mean) * rstd, rstd
+
+
+def _scaled(n: Tensor, gamma: Tensor, beta: Optional[Tensor],
+            dtype) -> Tensor:
+  """`n * gamma + beta` computed in n's dtype (float32 for 16-bit inputs,
+  as Keras's LayerNormalization: a bfloat16 product cost 3x Keras's error
+  against float32), in `dtype`."""
+  out = n * tf.cast(gamma, n.dtype)
+  if beta is not None:
+    out += tf.cast(beta, n.dtype)
+  return tf.cast(out, dtype)
 
 
 def _normalize_grad(n: Tensor, rstd: Tensor, dn: Tensor) -> Tensor:
-  """The gradient of `t` given that of `n` (`dn`, after the scale gamma)."""
-  mean_dn = tf.reduce_mean(dn, axis=-1, keepdims=True)
-  mean_dn_n = tf.reduce_mean(dn * n, axis=-1, keepdims=True)
-  return rstd * (dn - mean_dn - n * mean_dn_n)
+  """The gradient of `t` given that of `n` (`dn`, after the scale gamma),
+  in dn's dtype."""
+  wide = tf.cast(dn, n.dtype)
+  mean_dn = tf.reduce_mean(wide, axis=-1, keepdims=True)
+  mean_dn_n = tf.reduce_mean(wide * n, axis=-1, keepdims=True)
+  return tf.cast(rstd * (wide - mean_dn - n * mean_dn_n), dn.dtype)
+
+
+def _scale_grad(d: Tensor, n: Tensor) -> Tensor:
+  """A norm's gamma gradient over a block, `sum(d * n)`, in n's dtype."""
+  return sequence.column_sums(tf.cast(d, n.dtype) * n)
 
 
 class _LayerNormLstm(sequence.Cell):
@@ -61,8 +92,10 @@ class _LayerNormLstm(sequence.Cell):
   kept_with_gates = ("c",)
 
   def project(self, w, x_block):
-    n, _ = _normalize(w["input"](x_block), self.epsilon)
-    return n * w["kernel_gamma"] + w["kernel_beta"] + w["bias"]
+    xw = w["input"](x_block)
+    n, _ = _normalize(xw, self.epsilon)
+    return (_scaled(n, w["kernel_gamma"], w["kernel_beta"], xw.dtype) +
+            w["bias"])
 
   def _gates(self, w, z):
     """`(i, f, g, o)` of pre-activations `[..., 4H]`."""
@@ -70,14 +103,16 @@ class _LayerNormLstm(sequence.Cell):
     return tf.sigmoid(zi), tf.sigmoid(zf), tf.tanh(zg), tf.sigmoid(zo)
 
   def _recurrent(self, w, h):
-    """`(LN_h(h U), its n, its rstd)`."""
+    """`(LN_h(h U), its n, its rstd)` (n and rstd as `_normalize`'s)."""
     n, rstd = _normalize(w["recurrent"](h), self.epsilon)
-    return n * w["recurrent_gamma"] + w["recurrent_beta"], n, rstd
+    return (_scaled(n, w["recurrent_gamma"], w["recurrent_beta"], h.dtype),
+            n, rstd)
 
   def _cell_state(self, w, i, f, g, c_prev):
     """`(c, its n, its rstd)`: the normalized new c."""
     n, rstd = _normalize(f * c_prev + i * g, self.epsilon)
-    return n * w["state_gamma"] + w["state_beta"], n, rstd
+    return (_scaled(n, w["state_gamma"], w["state_beta"], c_prev.dtype), n,
+            rstd)
 
   def step(self, w, state, projected):
     h, c = state
@@ -92,10 +127,10 @@ class _LayerNormLstm(sequence.Cell):
   def prepare(self, w, kept, entry, x_block, mask_block):
     h_entry, c_entry = entry
     h_prev = sequence.shift_in(h_entry, kept["h"])
-    xw = w["input"](x_block)
-    x_n, x_rstd = _normalize(xw, self.epsilon)
+    x_n, x_rstd = _normalize(w["input"](x_block), self.epsilon)
     recurrent, r_n, r_rstd = self._recurrent(w, h_prev)
-    z = (x_n * w["kernel_gamma"] + w["kernel_beta"] + w["bias"] + recurrent)
+    z = (_scaled(x_n, w["kernel_gamma"], w["kernel_beta"], h_prev.dtype) +
+         w["bias"] + recurrent)
     i, f, g, o = self._gates(w, z)
     if self.recompute:
       # c along the chunk, elementwise (its norm is per row); a masked
@@ -142,10 +177,12 @@ class _LayerNormLstm(sequence.Cell):
              "recurrent_kernel": w["recurrent"].kernel_grad(prep["h_prev"],
                                                             dr),
              "bias": sums(dz),
-             "kernel_gamma": sums(dz * prep["x_n"]), "kernel_beta": sums(dz),
-             "recurrent_gamma": sums(dz * prep["r_n"]),
+             "kernel_gamma": _scale_grad(dz, prep["x_n"]),
+             "kernel_beta": sums(dz),
+             "recurrent_gamma": _scale_grad(dz, prep["r_n"]),
              "recurrent_beta": sums(dz),
-             "state_gamma": sums(dc * prep["c_n"]), "state_beta": sums(dc)}
+             "state_gamma": _scale_grad(dc, prep["c_n"]),
+             "state_beta": sums(dc)}
     return grads, w["input"].input_grad(dxw)
 
 
@@ -159,8 +196,9 @@ class _LayerNormSimpleRnn(sequence.Cell):
     return w["input"](x_block)
 
   def step(self, w, state, projected):
-    n, _ = _normalize(projected + w["recurrent"](state[0]), self.epsilon)
-    h1 = tf.tanh(n * w["gamma"] + w["bias"])
+    net = projected + w["recurrent"](state[0])
+    n, _ = _normalize(net, self.epsilon)
+    h1 = tf.tanh(_scaled(n, w["gamma"], None, net.dtype) + w["bias"])
     return (h1,), {"h": h1}
 
   def prepare(self, w, kept, entry, x_block, mask_block):
@@ -179,7 +217,7 @@ class _LayerNormSimpleRnn(sequence.Cell):
     dnet, da = sequence.split_last(grad_block, [1, 1])
     grads, dx = super().weight_grads(w, prep, dnet, x_block)
     grads["bias"] = sequence.column_sums(da)
-    grads["gamma"] = sequence.column_sums(da * prep["n"])
+    grads["gamma"] = _scale_grad(da, prep["n"])
     return grads, dx
 
 
