@@ -42,6 +42,9 @@ def linear(a, kernel, masks, gates):
 
 
 def unrolled_lstm(x, state0, w, dropout):
+  """With a "projection" weight, an LSTM with a projection (PyTorch's
+  `nn.LSTM(proj_size=P)`, TF1's `LSTMCell(num_proj=P)`): `h = (o * tanh(c))
+  @ W_proj`, h is P wide and the recurrent kernel `[P, 4H]` reads it."""
   h, c = state0
   outputs = []
   for t in range(x.shape[0]):
@@ -50,22 +53,8 @@ def unrolled_lstm(x, state0, w, dropout):
     i, f, g, o = tf.split(z, 4, axis=-1)
     c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
     h = tf.sigmoid(o) * tf.tanh(c)
-    outputs.append(h)
-  return tf.stack(outputs), [h, c]
-
-
-def unrolled_projected_lstm(x, state0, w, dropout):
-  """An LSTM with a projection (PyTorch's `nn.LSTM(proj_size=P)`, TF1's
-  `LSTMCell(num_proj=P)`): `h = (o * tanh(c)) @ W_proj`, h is P wide and
-  the recurrent kernel `[P, 4H]` reads it."""
-  h, c = state0
-  outputs = []
-  for t in range(x.shape[0]):
-    z = (linear(x[t], w["kernel"], dropout.get("inputs"), 4) + w["bias"] +
-         linear(h, w["recurrent_kernel"], dropout.get("recurrent"), 4))
-    i, f, g, o = tf.split(z, 4, axis=-1)
-    c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
-    h = (tf.sigmoid(o) * tf.tanh(c)) @ w["projection"]
+    if "projection" in w:
+      h = h @ w["projection"]
     outputs.append(h)
   return tf.stack(outputs), [h, c]
 
@@ -160,7 +149,7 @@ UNROLLED = {"lstm": unrolled_lstm, "gru": unrolled_gru,
             "simple_rnn": unrolled_simple_rnn,
             "layer_norm_lstm": unrolled_layer_norm_lstm,
             "layer_norm_simple_rnn": unrolled_layer_norm_simple_rnn,
-            "projected_lstm": unrolled_projected_lstm}
+            "projected_lstm": unrolled_lstm}
 KINDS = sorted(UNROLLED)
 GATES = {"lstm": 4, "gru": 3, "gru_reset_before": 3, "simple_rnn": 1,
          "layer_norm_lstm": 4, "layer_norm_simple_rnn": 1,
@@ -257,23 +246,26 @@ def dropout_masks(kind, seed, shared=False, dtype=tf.float64):
 
 
 def run_both(mode, kind, recompute, steps, mask_name=None, dropout_seed=None,
-             shared_dropout=False):
+             shared_dropout=False, zoneout=False):
   def build(fn):
     def run(watch):
       x, state0, w = case(kind, steps)  # In the TF1 graph when there is one.
       watch([x, state0, w])
       dropout = (None if dropout_seed is None
                  else dropout_masks(kind, dropout_seed, shared_dropout))
-      outputs, final = fn(x, state0, w, mask_of(mask_name, steps), dropout)
+      zone = zoneout_masks(kind, steps) if zoneout else None
+      outputs, final = fn(x, state0, w, mask_of(mask_name, steps), dropout,
+                          zone)
       return ([outputs, final], loss_of(outputs, final),
               tf.nest.flatten([x, state0, w]))
     return run
 
   ours = values_and_grads(mode, build(
-      lambda x, s, w, m, d: run_kind(kind, x, s, w, recompute=recompute,
-                                         mask=m, dropout=d)))
+      lambda x, s, w, m, d, z: run_kind(kind, x, s, w, recompute=recompute,
+                                        mask=m, dropout=d, zoneout=z)))
   want = values_and_grads("eager", build(
-      lambda x, s, w, m, d: unrolled(kind, x, s, w, m, d)))
+      lambda x, s, w, m, d, z: unrolled(kind, x, s, w, m, d) if z is None
+      else unrolled_with_zoneout(kind, x, s, w, m, z)))
   return ours, want
 
 
@@ -302,11 +294,20 @@ def test_matches_float64_unroll(mode, kind, recompute, steps, mask_name):
     np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("mode,recompute,shared", [
-    (mode, False, False) for mode in GRAPH_MODES] + [
-        ("function", True, False), ("xla", True, False),
-        ("eager", False, True), ("function", True, True), ("xla", False, True)])
-@pytest.mark.parametrize("kind", KINDS)
+# Every mode for the LSTM and the GRU; the kinds sharing their loops and
+# masks (`_Linear`) get one eager, one XLA (recompute) and one TF1 (shared
+# masks) case each.
+DROPOUT_CASES = [(mode, kind, recompute, shared) for kind in KINDS for (
+    mode, recompute, shared) in (
+        [(mode, False, False) for mode in GRAPH_MODES] +
+        [("function", True, False), ("xla", True, False),
+         ("eager", False, True), ("function", True, True),
+         ("xla", False, True)]
+        if kind in ("lstm", "gru") else
+        [("eager", False, False), ("xla", True, False), ("tf1", False, True)])]
+
+
+@pytest.mark.parametrize("mode,kind,recompute,shared", DROPOUT_CASES)
 @pytest.mark.parametrize("steps,mask_name", [(7, "holes")])
 def test_dropout_matches_unroll(mode, kind, recompute, shared, steps,
                                 mask_name):
@@ -339,10 +340,12 @@ def test_fused_float32_lstm_gradient_matches_float64(mode, recompute, kind):
     np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("recompute", [False, True],
-                         ids=["keep_gates", "recompute"])
-@pytest.mark.parametrize("mask_name", [None, "holes"])
+@pytest.mark.parametrize("kind,recompute,mask_name", [
+    (kind, recompute, mask_name) for kind in KINDS
+    for recompute in (False, True) for mask_name in (None, "holes")
+    # The LSTM's variants: one case each way.
+    if kind in ("lstm", "gru", "gru_reset_before", "simple_rnn") or
+    recompute == (mask_name is None)])
 def test_numerical_gradients(kind, recompute, mask_name):
   x, state0, w = case(kind, 5, seed=1)
   names = sorted(w)
@@ -515,30 +518,13 @@ def unrolled_with_zoneout(kind, x, state0, w, mask, zoneout):
 
 
 @pytest.mark.parametrize("mode,recompute", [
-    (mode, False) for mode in GRAPH_MODES] + [("function", True),
-                                             ("xla", True)])
+    ("eager", False), ("tf1", False), ("function", True), ("xla", True)])
 @pytest.mark.parametrize("kind", sorted(ZONEOUT_KINDS))
-@pytest.mark.parametrize("mask_name", [None, "holes"])
+@pytest.mark.parametrize("mask_name", ["holes"])
 def test_zoneout_matches_unroll(mode, kind, recompute, mask_name):
-  steps = 7
-
-  def build(fn):
-    def run(watch):
-      x, state0, w = case(kind, steps)
-      watch([x, state0, w])
-      outputs, final = fn(x, state0, w, mask_of(mask_name, steps),
-                          zoneout_masks(kind, steps))
-      return ([outputs, final], loss_of(outputs, final),
-              tf.nest.flatten([x, state0, w]))
-    return run
-
-  got = values_and_grads(mode, build(
-      lambda x, s, w, m, z: run_kind(kind, x, s, w, recompute=recompute,
-                                     mask=m, zoneout=z)))
-  want = values_and_grads("eager", build(
-      lambda x, s, w, m, z: unrolled_with_zoneout(kind, x, s, w, m, z)))
-  for a, b in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
-    np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
+  ours, want = run_both(mode, kind, recompute, 7, mask_name, zoneout=True)
+  for got, expected in zip(tf.nest.flatten(ours), tf.nest.flatten(want)):
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
 
 
 def test_zoneout_is_refused_where_not_built():

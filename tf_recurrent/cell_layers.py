@@ -21,6 +21,19 @@ _LAYER_ARGS = ("return_sequences", "return_state", "go_backwards",
 _SHARED_ARGS = ("dtype", "trainable")
 
 
+def weight_config(cell, weight: str) -> Dict[str, Any]:
+  """The config entries of a cell's extra weight: its `<weight>_initializer`,
+  `_regularizer` and `_constraint` attributes, serialized."""
+  return {
+      f"{weight}_initializer": keras.initializers.serialize(
+          getattr(cell, f"{weight}_initializer")),
+      f"{weight}_regularizer": keras.regularizers.serialize(
+          getattr(cell, f"{weight}_regularizer")),
+      f"{weight}_constraint": keras.constraints.serialize(
+          getattr(cell, f"{weight}_constraint")),
+  }
+
+
 class CellLayer(layers.RNN):
   """`tf_recurrent.RNN(cell_class(units, **cell arguments), **layer ones)`.
 

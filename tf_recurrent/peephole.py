@@ -84,15 +84,8 @@ class PeepholeLSTMCell(keras.layers.LSTMCell):
     return c, o
 
   def get_config(self):
-    return {
-        **super().get_config(),
-        "peephole_initializer": keras.initializers.serialize(
-            self.peephole_initializer),
-        "peephole_regularizer": keras.regularizers.serialize(
-            self.peephole_regularizer),
-        "peephole_constraint": keras.constraints.serialize(
-            self.peephole_constraint),
-    }
+    return {**super().get_config(),
+            **cell_layers.weight_config(self, "peephole")}
 
 
 layers.BUILT_IN_CELLS[PeepholeLSTMCell] = layers.BuiltInCell(

@@ -103,16 +103,8 @@ class ProjectedLSTMCell(keras.layers.LSTMCell):
     return h, [h, c]
 
   def get_config(self):
-    return {
-        **super().get_config(),
-        "proj_size": self.proj_size,
-        "projection_initializer": initializers.serialize(
-            self.projection_initializer),
-        "projection_regularizer": keras.regularizers.serialize(
-            self.projection_regularizer),
-        "projection_constraint": keras.constraints.serialize(
-            self.projection_constraint),
-    }
+    return {**super().get_config(), "proj_size": self.proj_size,
+            **cell_layers.weight_config(self, "projection")}
 
 
 layers.BUILT_IN_CELLS[ProjectedLSTMCell] = layers.BuiltInCell(
