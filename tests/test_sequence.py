@@ -494,11 +494,12 @@ ZONEOUT_KINDS = {"lstm": ("h", "c"), "projected_lstm": ("h", "c"),
                  "gru": ("h",), "gru_reset_before": ("h",)}
 
 
-def zoneout_masks(kind, steps, seed=9, dtype=tf.float64):
-  """Per step and unit, 1 (keep the previous value) with probability 0.3."""
+def zoneout_masks(kind, steps, seed=9):
+  """Per step and unit, True (keep the previous value) with probability
+  0.3; bool, as the layers draw them."""
   rng = np.random.default_rng(seed)
   widths = {"h": h_width(kind), "c": H}
-  return {leaf: tf.constant(rng.random([steps, B, widths[leaf]]) < 0.3, dtype)
+  return {leaf: tf.constant(rng.random([steps, B, widths[leaf]]) < 0.3)
           for leaf in ZONEOUT_KINDS[kind]}
 
 
@@ -508,7 +509,7 @@ def unrolled_with_zoneout(kind, x, state0, w, mask, zoneout):
   state, outputs = list(state0), []
   for t in range(x.shape[0]):
     _, new = UNROLLED[kind](x[t:t + 1], state, w, {})
-    new = [zoneout[leaf][t] * s + (1.0 - zoneout[leaf][t]) * n
+    new = [tf.where(zoneout[leaf][t], s, n)
            for leaf, s, n in zip(ZONEOUT_KINDS[kind], state, new)]
     if mask is not None:
       new = [tf.where(mask[t][:, None], n, s) for n, s in zip(new, state)]

@@ -825,7 +825,7 @@ def _forward(spec, recompute, use_xla, x, state0, weights, chunk, mask=None,
     x_block = grid.inputs(start)
     projected = cell.project(w, x_block)
     mask_block = None if mask is None else grid.chunk_of(mask, start)
-    zone_block = _zone_block(grid, zoneout, start)
+    zone_block = _zone_block(grid, zoneout, start, x.dtype)
 
     def step(j, state, handles):
       # Leading-axis slices: the TF executor aliases them (a gather copies).
@@ -877,7 +877,7 @@ def _backward(spec, recompute, use_xla, x, weights, outputs, kept, entries,
     chunk_kept = {n: blocks[c] for n, blocks in zip(kept_names, kept)}
     chunk_kept["h"] = grid.chunk_of(outputs, start)
     mask_block = None if mask is None else grid.chunk_of(mask, start)
-    zone_block = _zone_block(grid, zoneout, start)
+    zone_block = _zone_block(grid, zoneout, start, x.dtype)
     prep = cell.prepare(w, chunk_kept, [e[c] for e in entries], x_block,
                         mask_block, **({} if zone_block is None
                                        else {"zone_block": zone_block}))
@@ -920,11 +920,13 @@ def _backward(spec, recompute, use_xla, x, weights, outputs, kept, entries,
           cell.external_grads(dict(zip(grad_names, grads))))
 
 
-def _zone_block(grid: "_Chunks", zoneout, start):
-  """The chunk's zoneout masks by state leaf, `[K, B, ...]`, or None."""
+def _zone_block(grid: "_Chunks", zoneout, start, dtype):
+  """The chunk's zoneout masks by state leaf, `[K, B, ...]` in `dtype`, or
+  None."""
   if zoneout is None:
     return None
-  return {leaf: grid.chunk_of(m, start) for leaf, m in zoneout.items()}
+  return {leaf: tf.cast(grid.chunk_of(m, start), dtype)
+          for leaf, m in zoneout.items()}
 
 
 def _zoned_out(cell: Cell, zone_block, j, state, computed):
@@ -1017,7 +1019,8 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
     norm_epsilon: The layer-norm kinds' epsilon.
     zoneout: Optional zoneout (Krueger et al. 2017) of the LSTM and GRU
       kinds: per state leaf ("h", and an LSTM's "c"), `[T, B, width]`
-      masks, the same dtype as x. Each step's new value of the leaf becomes
+      masks k, bool (a quarter of float32's memory) or floats. Each step's
+      new value of the leaf becomes
       `k * entering + (1 - k) * computed`: with 0/1 masks (training) a unit
       keeps its value where k is 1; with k the rate everywhere, the
       expectation (inference). Applied before a Keras mask's carry.
@@ -1047,8 +1050,7 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
   dropout = {k: tf.stop_gradient(m) for k, m in (dropout or {}).items()
              if m is not None} or None
   if zoneout is not None:
-    zoneout = {k: tf.stop_gradient(tf.cast(m, x.dtype))
-               for k, m in zoneout.items()} or None
+    zoneout = {k: tf.stop_gradient(m) for k, m in zoneout.items()} or None
   names = sorted(weights)
   n_state = len(state0)
   chunk = CHUNK

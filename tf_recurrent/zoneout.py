@@ -39,17 +39,18 @@ class _Zoneout:
                           for leaf, rate in rates.items()}
 
   def zoneout_keep(self, leaf: str, shape, dtype, training: bool):
-    """Where a unit keeps its previous value: a 0/1 mask of `shape` in
-    training (drawn from the cell's seed generator), else the rate."""
+    """Where a unit keeps its previous value: a bool mask of `shape` in
+    training (drawn from the cell's seed generator), else the rate (in
+    `dtype`)."""
     rate = self.zoneout_rates[leaf]
     if training and rate > 0.0:
-      draw = keras.random.uniform(shape, seed=self.seed_generator)
-      return ops.cast(draw < rate, dtype)
+      return keras.random.uniform(shape, seed=self.seed_generator) < rate
     return ops.full(shape, rate, dtype)
 
   def _zoned(self, leaves, previous, computed, training):
-    return [self.zoneout_keep(leaf, ops.shape(p), p.dtype, training) * (p - n)
-            + n for leaf, p, n in zip(leaves, previous, computed)]
+    return [ops.cast(self.zoneout_keep(leaf, ops.shape(p), p.dtype, training),
+                     p.dtype) * (p - n) + n
+            for leaf, p, n in zip(leaves, previous, computed)]
 
   def run_inputs(self, x, state0, training) -> Dict[str, Any]:
     """`sequence.run`'s zoneout masks for time-major inputs `x`."""
