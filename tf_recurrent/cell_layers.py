@@ -2,7 +2,7 @@
 
 Keras's `LSTM` is `RNN(LSTMCell(...))` with a flat constructor and a flat
 config; `CellLayer` gives the cells Keras 3 no longer ships (peephole,
-layer-norm) the same: a subclass names its cell class, takes the cell's
+layer-norm, projected, zoneout) the same: a subclass names its cell class, takes the cell's
 arguments and the layer's, and saves one flat config.
 """
 
@@ -38,9 +38,9 @@ class CellLayer(layers.RNN):
   """`tf_recurrent.RNN(cell_class(units, **cell arguments), **layer ones)`.
 
   Subclasses set `cell_class` and `cell_name` (the cell's layer name, as
-  Keras's LSTM names its cell "lstm_cell"). Plain built-in cells run the chunked loops
-  (`tf_recurrent.sequence`); the config is flat, the cell's arguments next
-  to the layer's, as Keras's `LSTM` saves it.
+  Keras's LSTM names its cell "lstm_cell"). Plain built-in cells run the
+  chunked loops (`tf_recurrent.sequence`); the config is flat, the cell's
+  arguments next to the layer's, as Keras's `LSTM` saves it.
   """
 
   cell_class: type = None

@@ -73,19 +73,15 @@ def _variable_dtype_value(variable) -> tf.Tensor:
     return tf.convert_to_tensor(variable)
 
 
-def _no_extra_weights(cell) -> Dict[str, Any]:
-  del cell
+def _nothing(*args) -> Dict[str, Any]:
+  """No extra weights, options or run inputs (`BuiltInCell`'s default)."""
+  del args
   return {}
 
 
-def _default_options(cell) -> Dict[str, Any]:
-  del cell
-  return {}
-
-
-def _no_run_inputs(cell, x, state0, training) -> Dict[str, Any]:
-  del cell, x, state0, training
-  return {}
+def gru_kind(cell) -> str:
+  """The sequence kind of a Keras GRU cell, by its `reset_after`."""
+  return "gru" if cell.reset_after else "gru_reset_before"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,22 +101,20 @@ class BuiltInCell:
   """
   kind: Callable[[Any], str]
   plain: Dict[str, Any]
-  extra_weights: Callable[[Any], Dict[str, Any]] = _no_extra_weights
-  options: Callable[[Any], Dict[str, Any]] = _default_options
-  run_inputs: Callable[..., Dict[str, Any]] = _no_run_inputs
+  extra_weights: Callable[[Any], Dict[str, Any]] = _nothing
+  options: Callable[[Any], Dict[str, Any]] = _nothing
+  run_inputs: Callable[..., Dict[str, Any]] = _nothing
 
 
 KERAS_GATES = {"activation": keras.activations.tanh,
                 "recurrent_activation": keras.activations.sigmoid}
 
 # The cells run by `tf_recurrent.sequence`, by Keras cell class (the exact
-# class: a subclass may compute something else). `tf_recurrent.peephole`
-# and `tf_recurrent.layer_norm` add theirs.
+# class: a subclass may compute something else). `tf_recurrent.peephole`,
+# `layer_norm`, `projection` and `zoneout` add theirs.
 BUILT_IN_CELLS = {
     keras.layers.LSTMCell: BuiltInCell(lambda cell: "lstm", KERAS_GATES),
-    keras.layers.GRUCell: BuiltInCell(
-        lambda cell: "gru" if cell.reset_after else "gru_reset_before",
-        KERAS_GATES),
+    keras.layers.GRUCell: BuiltInCell(gru_kind, KERAS_GATES),
     keras.layers.SimpleRNNCell: BuiltInCell(
         lambda cell: "simple_rnn", {"activation": keras.activations.tanh}),
 }

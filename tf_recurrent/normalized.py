@@ -97,7 +97,7 @@ class _LayerNormLstm(sequence.Cell):
     return (_scaled(n, w["kernel_gamma"], w["kernel_beta"], xw.dtype) +
             w["bias"])
 
-  def _gates(self, w, z):
+  def _gates(self, z):
     """`(i, f, g, o)` of pre-activations `[..., 4H]`."""
     zi, zf, zg, zo = tf.split(z, 4, axis=-1)
     return tf.sigmoid(zi), tf.sigmoid(zf), tf.tanh(zg), tf.sigmoid(zo)
@@ -116,7 +116,7 @@ class _LayerNormLstm(sequence.Cell):
 
   def step(self, w, state, projected):
     h, c = state
-    i, f, g, o = self._gates(w, projected + self._recurrent(w, h)[0])
+    i, f, g, o = self._gates(projected + self._recurrent(w, h)[0])
     c1, _, _ = self._cell_state(w, i, f, g, c)
     h1 = o * tf.tanh(c1)
     rows = {"h": h1}
@@ -131,7 +131,7 @@ class _LayerNormLstm(sequence.Cell):
     recurrent, r_n, r_rstd = self._recurrent(w, h_prev)
     z = (_scaled(x_n, w["kernel_gamma"], w["kernel_beta"], h_prev.dtype) +
          w["bias"] + recurrent)
-    i, f, g, o = self._gates(w, z)
+    i, f, g, o = self._gates(z)
     if self.recompute:
       # c along the chunk, elementwise (its norm is per row); a masked
       # step carries c.

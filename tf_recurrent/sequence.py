@@ -332,8 +332,8 @@ class _Lstm(Cell):
     if self.projected:
       w["projection_t"] = tf.transpose(w["projection"])
       # The fused gradient's w only gives it shapes: `[H, 4H]`.
-      w["fused_shape"] = tf.zeros(tf.shape(w["projection"])[:1] *
-                                  tf.constant([1, 4]), w["projection"].dtype)
+      units = tf.shape(w["projection"])[0]
+      w["fused_shape"] = tf.zeros([units, 4 * units], w["projection"].dtype)
     else:
       w["fused_shape"] = w["recurrent_kernel"]
     return w

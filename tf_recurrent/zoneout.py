@@ -131,14 +131,9 @@ class ZoneoutGRUCell(_Zoneout, keras.layers.GRUCell):
 
 
 layers.BUILT_IN_CELLS[ZoneoutLSTMCell] = layers.BuiltInCell(
-    lambda cell: "lstm", layers.KERAS_GATES,
-    run_inputs=lambda cell, x, state0, training: cell.run_inputs(
-        x, state0, training))
+    lambda cell: "lstm", layers.KERAS_GATES, run_inputs=_Zoneout.run_inputs)
 layers.BUILT_IN_CELLS[ZoneoutGRUCell] = layers.BuiltInCell(
-    lambda cell: "gru" if cell.reset_after else "gru_reset_before",
-    layers.KERAS_GATES,
-    run_inputs=lambda cell, x, state0, training: cell.run_inputs(
-        x, state0, training))
+    layers.gru_kind, layers.KERAS_GATES, run_inputs=_Zoneout.run_inputs)
 
 
 @keras.saving.register_keras_serializable(package="tf_recurrent")
