@@ -433,6 +433,33 @@ def test_chunk_grid():
   assert grid.inputs(6).numpy().ravel().tolist() == [6.0, 6.0, 6.0]
 
 
+@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_batch_unknown_when_traced(kind, jit_compile):
+  """B known only at run time: the loops' buffers are shaped in the graph
+  (the graph-mode loop functions are traced with the caller's shapes)."""
+  x, state0, w = case(kind, 7)
+  mask = mask_of("holes", 7)
+
+  @tf.function(jit_compile=jit_compile, input_signature=[
+      tf.TensorSpec([7, None, D], tf.float64),
+      tf.TensorSpec([7, None], tf.bool)])
+  def run(x, mask):
+    with tf.GradientTape() as tape:
+      tape.watch([x, state0, w])
+      outputs, final = run_kind(kind, x, state0, w, mask=mask)
+      loss = loss_of(outputs, final)
+    return outputs, final, tape.gradient(loss, [x, state0, w])
+
+  with tf.GradientTape() as tape:
+    tape.watch([x, state0, w])
+    outputs, final = unrolled(kind, x, state0, w, mask)
+    loss = loss_of(outputs, final)
+  want = (outputs, final, tape.gradient(loss, [x, state0, w]))
+  for a, b in zip(tf.nest.flatten(run(x, mask)), tf.nest.flatten(want)):
+    np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
+
+
 @hypothesis.settings(
     max_examples=12, deadline=None,
     # short_chunks restores CHUNK once after all examples; each sets its own.

@@ -968,16 +968,42 @@ def _check_zoneout(kind: str, zoneout: Dict[str, Tensor]) -> None:
                      f"{sorted(zoneout)}.")
 
 
-@functools.lru_cache(maxsize=None)
-def _eager_functions(spec: Tuple[str, float], recompute: bool):
-  """The loops as tf.functions, for calls made eagerly: one trace for every
-  length and batch size."""
-  return tuple(
-      functools.partial(tracing.RelaxedFunction(
-          functools.partial(fn, spec, recompute, False), autograph=False),
-                        unknown=unknown)
-      for fn, unknown in ((_forward, _FORWARD_UNKNOWN),
-                          (_backward, _BACKWARD_UNKNOWN)))
+# The loop pairs made so far, by `(spec, recompute, mode)` (`_loop_functions`).
+_loop_function_cache: Dict[Tuple[Any, ...], Tuple[Any, Any]] = {}
+
+
+def _loop_functions(spec: Tuple[str, float], recompute: bool, mode: str):
+  """The loop pair `(forward, backward)` as tf.functions, made once.
+
+  mode "eager": for calls made eagerly, traced with time and batch left
+  unknown (one trace for every length and batch size). "graph" and "xla":
+  called inside the caller's graph, traced once per signature, so that a
+  second trace of the caller reuses the loops' trace (a Keras model's first
+  `train_on_batch` traces its train function twice); under "xla" the caller
+  compiles them with itself.
+  """
+  key = (spec, recompute, mode)
+  if key not in _loop_function_cache:
+    pair = [functools.partial(fn, spec, recompute, mode == "xla")
+            for fn in (_forward, _backward)]
+    # Plain Python control flow on Python values: nothing for AutoGraph to
+    # convert (and it mis-binds the partials' arguments).
+    if mode == "eager":
+      pair = [functools.partial(tracing.RelaxedFunction(fn, autograph=False),
+                                unknown=unknown)
+              for fn, unknown in zip(pair, (_FORWARD_UNKNOWN,
+                                            _BACKWARD_UNKNOWN))]
+    else:
+      pair = [tf.function(fn, autograph=False) for fn in pair]
+    _loop_function_cache[key] = tuple(pair)
+  return _loop_function_cache[key]
+
+
+def tracing_count() -> int:
+  """Traces of every loop pair made so far (tests count retraces)."""
+  return sum(fn.func.tracing_count if isinstance(fn, functools.partial)
+             else fn.experimental_get_tracing_count()
+             for pair in _loop_function_cache.values() for fn in pair)
 
 
 def run(kind: str, x: Tensor, state0: Sequence[Tensor],
@@ -1054,17 +1080,10 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
   names = sorted(weights)
   n_state = len(state0)
   chunk = CHUNK
-  if tf.executing_eagerly():
-    forward_fn, backward_fn = _eager_functions((kind, norm_epsilon),
-                                               recompute)
-  else:
-    use_xla = accumulators.in_xla_context()
-    # Plain Python control flow on Python values: nothing for AutoGraph to
-    # convert (and it mis-binds the partials' arguments).
-    forward_fn, backward_fn = (
-        tf.autograph.experimental.do_not_convert(
-            functools.partial(fn, (kind, norm_epsilon), recompute, use_xla))
-        for fn in (_forward, _backward))
+  mode = ("eager" if tf.executing_eagerly() else
+          "xla" if accumulators.in_xla_context() else "graph")
+  forward_fn, backward_fn = _loop_functions((kind, norm_epsilon), recompute,
+                                            mode)
 
   @tf.custom_gradient
   def loop(x, *args):
