@@ -15,6 +15,7 @@ import tensorflow as tf
 from conftest import GRAPH_MODES
 from conftest import assert_numerical_gradients
 from conftest import values_and_grads
+from tf_recurrent import fused_lstm
 from tf_recurrent import sequence
 
 B, D, H = 2, 3, 4
@@ -340,6 +341,59 @@ def test_fused_float32_lstm_gradient_matches_float64(mode, recompute, kind):
       kind, x, s, w, mask_of("holes", 7))))
   for a, b in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
     np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("mode", GRAPH_MODES)
+@pytest.mark.parametrize("steps", [1, 7])
+def test_small_float32_lstm_on_the_whole_sequence_kernels(monkeypatch, mode,
+                                                          steps):
+  """An unmasked float32 LSTM of few units runs on `fused_lstm` (TF's
+  BlockLSTMV2 / BlockLSTMGradV2) outside XLA, and matches the unroll."""
+  calls = []
+  fused_run = fused_lstm.run
+  monkeypatch.setattr(fused_lstm, "run",
+                      lambda *args: calls.append(1) or fused_run(*args))
+
+  def build(dtype, fn):
+    def run(watch):
+      x, state0, w = tf.nest.map_structure(lambda t: tf.cast(t, dtype),
+                                           case("lstm", steps, seed=5))
+      watch([x, state0, w])
+      outputs, final = fn(x, state0, w)
+      return ([outputs, final], loss_of(outputs, final),
+              tf.nest.flatten([x, state0, w]))
+    return run
+
+  got = values_and_grads(mode, build(tf.float32, lambda x, s, w: run_kind(
+      "lstm", x, s, w)))
+  want = values_and_grads("eager", build(tf.float64, lambda x, s, w: unrolled(
+      "lstm", x, s, w)))
+  for a, b in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
+    np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
+  assert bool(calls) == (mode != "xla")
+
+
+@pytest.mark.parametrize("change", [
+    "none", "mask", "dropout", "zoneout", "recompute", "xla", "float64",
+    "mixed", "units", "kind", "projection"])
+def test_whole_sequence_kernels_only_where_they_apply(change):
+  x, state0, w = tf.nest.map_structure(lambda t: tf.cast(t, tf.float32),
+                                       case("lstm", 3))
+  args = {"kind": "lstm", "x": x, "weights": w, "recompute": False,
+          "mode": "graph", "mask": None, "dropout": None, "zoneout": None}
+  units = fused_lstm.MAX_UNITS + 1
+  args.update({
+      "none": {}, "mask": {"mask": mask_of("prefix", 3)},
+      "dropout": {"dropout": dropout_masks("lstm", 0)},
+      "zoneout": {"zoneout": zoneout_masks("lstm", 3)},
+      "recompute": {"recompute": True}, "xla": {"mode": "xla"},
+      "float64": {"x": tf.cast(x, tf.float64)},
+      "mixed": {"x": tf.cast(x, tf.bfloat16)},
+      "units": {"weights": {**w, "recurrent_kernel": tf.zeros([units, 16])}},
+      "kind": {"kind": "gru"},
+      "projection": {"weights": {**w, "projection": tf.zeros([H, 2])}},
+  }[change])
+  assert fused_lstm.applies(**args) == (change == "none")
 
 
 @pytest.mark.parametrize("kind,recompute,mask_name", [

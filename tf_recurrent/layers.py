@@ -401,6 +401,12 @@ class LSTM(_RecurrentLoop, keras.layers.LSTM):
   non-default activation, no bias, `unroll=True`) Keras's own ValueError at
   the call. `unroll=True` runs Keras's own unrolled loop.
 
+  Which loop trains it: without a mask, dropout or XLA, a float32 LSTM of at
+  most 64 units runs on TensorFlow's whole-sequence LSTM kernels (one op each
+  way, where the chunked loops' per-step ops cost more than the step's
+  math; `tf_recurrent.fused_lstm`); every other configuration, and
+  `recompute=True`, on the chunked loops of `tf_recurrent.sequence`.
+
   Example:
 
   >>> import tf_recurrent

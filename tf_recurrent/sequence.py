@@ -59,6 +59,7 @@ import tensorflow as tf
 
 from tf_recurrent import accumulators
 from tf_recurrent import cells
+from tf_recurrent import fused_lstm
 from tf_recurrent import masks
 from tf_recurrent import tracing
 
@@ -977,10 +978,10 @@ def _loop_functions(spec: Tuple[str, float], recompute: bool, mode: str):
 
   mode "eager": for calls made eagerly, traced with time and batch left
   unknown (one trace for every length and batch size). "graph" and "xla":
-  called inside the caller's graph, traced once per signature, so that a
-  second trace of the caller reuses the loops' trace (a Keras model's first
-  `train_on_batch` traces its train function twice); under "xla" the caller
-  compiles them with itself.
+  called inside the caller's `tf.function`, traced once per signature, so
+  that a second trace of the caller reuses the loops' trace (a Keras
+  model's first `train_on_batch` traces its train function twice); under
+  "xla" the caller compiles them with itself.
   """
   key = (spec, recompute, mode)
   if key not in _loop_function_cache:
@@ -1054,6 +1055,11 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
   Returns:
     `(outputs [T, B, H], final state list)`.
 
+  An "lstm" without mask, dropout, zoneout or projection, float32, not
+  recomputing, outside XLA and of at most `fused_lstm.MAX_UNITS` units runs
+  on TensorFlow's whole-sequence LSTM kernels (`tf_recurrent.fused_lstm`);
+  everything else on the chunked loops.
+
   Example:
 
   >>> w = {"kernel": tf.ones([3, 8]), "recurrent_kernel": tf.ones([2, 8]),
@@ -1077,13 +1083,23 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
              if m is not None} or None
   if zoneout is not None:
     zoneout = {k: tf.stop_gradient(m) for k, m in zoneout.items()} or None
+  mode = ("eager" if tf.executing_eagerly() else
+          "xla" if accumulators.in_xla_context() else "graph")
+  if fused_lstm.applies(kind, x, weights, recompute, mode, mask, dropout,
+                        zoneout):
+    return fused_lstm.run(x, state0, weights)
   names = sorted(weights)
   n_state = len(state0)
   chunk = CHUNK
-  mode = ("eager" if tf.executing_eagerly() else
-          "xla" if accumulators.in_xla_context() else "graph")
-  forward_fn, backward_fn = _loop_functions((kind, norm_epsilon), recompute,
-                                            mode)
+  if mode == "eager" or tf.inside_function():
+    forward_fn, backward_fn = _loop_functions((kind, norm_epsilon), recompute,
+                                              mode)
+  else:  # A TF1 graph, built once: the loops inline.
+    forward_fn, backward_fn = (
+        tf.autograph.experimental.do_not_convert(
+            functools.partial(fn, (kind, norm_epsilon), recompute,
+                              mode == "xla"))
+        for fn in (_forward, _backward))
 
   @tf.custom_gradient
   def loop(x, *args):
