@@ -10,10 +10,11 @@ layout is Keras's `[i, f, c, o]`, so Keras's weights feed it as they are:
 `w = concat([kernel, recurrent_kernel])`, `b = bias`.
 
 Measured (benchmarks/SHAPES.md, a training step against `keras.layers.LSTM`
-without XLA, 2-core EPYC): 2.07x Keras at B=32 H=32, where the chunked loops
-reach 0.8x; at B=256 H=32 0.84x where the loops reach 0.6x. Its backward
-sums `[x, h]^T dz` per step, which the chunked loops batch per chunk: at
-B=32 H=256 it reached 0.82x where the loops reach 1.8x. So `sequence.run`
+without XLA, 2-core EPYC, fresh processes): 1.36x Keras at B=32 H=32, where
+the chunked loops reached 0.74-0.87x; 0.69x at B=256 H=32 (loops 0.52x);
+equal to the loops at B=32 H=64. Its backward sums `[x, h]^T dz` per step,
+which the chunked loops batch per chunk: at B=32 H=256 a first prototype of
+it reached 0.82x where the loops reach 1.8x. So `sequence.run`
 uses it only where `applies`: an LSTM without masks, dropout, zoneout or
 projection, float32, not recomputing (it keeps 7 rows a step), no XLA
 (no kernel there), and at most `MAX_UNITS` units.
