@@ -55,6 +55,7 @@ flags.DEFINE_string("out_dir", os.path.dirname(os.path.abspath(__file__)),
                     "Where to write the results.")
 flags.DEFINE_string("memory_child", "", "Internal: measure one case and exit.")
 
+_USER_CELL = "custom_cells.UserLayerNormLSTMCell"
 # name: (layer class name, layer options, masked).
 CONFIGS = {
     "LSTM plain": ("LSTM", {}, False),
@@ -75,6 +76,11 @@ CONFIGS = {
                                     False),
     "ZoneoutLSTM zoneout 0.1/0.1": ("ZoneoutLSTM", {"zoneout_h": 0.1,
                                                     "zoneout_c": 0.1}, False),
+    # A user's own cell (benchmarks/custom_cells.py): tf_recurrent.RNN(cell),
+    # the op's generic path, against keras.layers.RNN(cell).
+    "user LayerNorm LSTM cell": (_USER_CELL, {}, False),
+    "user LayerNorm LSTM cell xla_steps=False": (
+        _USER_CELL, {"xla_steps": False}, False),
 }
 IMPLS = ("ours", "keras")
 
@@ -94,7 +100,13 @@ def build_step(config: str, impl: str, T: int, B: int, D: int, H: int,
   import tf_recurrent  # pylint: disable=g-import-not-at-top
 
   layer_name, options, masked = CONFIGS[config]
-  if impl == "ours":
+  if layer_name == _USER_CELL:
+    from benchmarks import custom_cells  # pylint: disable=g-import-not-at-top
+    cell = custom_cells.UserLayerNormLSTMCell(H)
+    layer = (tf_recurrent.RNN(cell, return_sequences=True, **options)
+             if impl == "ours" else
+             keras.layers.RNN(cell, return_sequences=True))
+  elif impl == "ours":
     layer = getattr(tf_recurrent, layer_name)(H, return_sequences=True,
                                                **options)
   elif not hasattr(keras.layers, layer_name):  # Keras's loop, our cell.
@@ -156,7 +168,7 @@ def memory_slope(config: str, impl: str, jit: bool) -> Optional[float]:
 
 
 def state_bytes(config: str) -> int:
-  leaves = 2 if CONFIGS[config][0].endswith("LSTM") else 1
+  leaves = 2 if "LSTM" in CONFIGS[config][0] else 1
   return leaves * FLAGS.batch * FLAGS.memory_hidden * 4
 
 

@@ -1,6 +1,7 @@
 """tf_recurrent.RNN / LSTM / GRU against keras.layers.RNN / LSTM / GRU."""
 
 import inspect
+from typing import Union
 
 import keras
 import numpy as np
@@ -505,13 +506,18 @@ KERAS_PAIRS = [(tf_recurrent.RNN, keras.layers.RNN),
 @pytest.mark.parametrize("ours,theirs", KERAS_PAIRS,
                          ids=[p[0].__name__ for p in KERAS_PAIRS])
 def test_signature_is_keras_own_plus_recompute(ours, theirs):
-  """Keras's parameters, names, kinds and defaults; recompute keyword-only
-  before **kwargs."""
+  """Keras's parameters, names, kinds and defaults; recompute (and for RNN,
+  whose any cell may run on the op, xla_steps) keyword-only before
+  **kwargs."""
   want = list(inspect.signature(theirs.__init__).parameters.values())
   got = list(inspect.signature(ours.__init__).parameters.values())
-  recompute = inspect.Parameter("recompute", inspect.Parameter.KEYWORD_ONLY,
-                                default=False, annotation=bool)
-  assert got == want[:-1] + [recompute, want[-1]]
+  ours_only = [inspect.Parameter("recompute", inspect.Parameter.KEYWORD_ONLY,
+                                 default=False, annotation=bool)]
+  if ours is tf_recurrent.RNN:
+    ours_only.append(inspect.Parameter(
+        "xla_steps", inspect.Parameter.KEYWORD_ONLY, default="auto",
+        annotation=Union[str, bool]))
+  assert got == want[:-1] + ours_only + [want[-1]]
 
 
 def revived_matches(layer):

@@ -30,7 +30,7 @@ Keras's, the layers keep `use_cudnn` in `get_config`.
 """
 
 import dataclasses
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Union
 
 import keras
 from keras.src import backend as keras_backend
@@ -39,6 +39,7 @@ import tensorflow as tf
 from tf_recurrent import masks
 from tf_recurrent import op
 from tf_recurrent import sequence
+from tf_recurrent import step_clusters
 from tf_recurrent import structs
 from tf_recurrent import tflite
 
@@ -280,7 +281,8 @@ class _RecurrentLoop:
     per_step = {"cell": tf.nest.map_structure(lambda _: False, state0["cell"]),
                 "output": True}
     acc, final = op.recurrent({}, state0, inputs, cell_fn,
-                              accumulate_state=per_step)
+                              accumulate_state=per_step,
+                              xla_steps=getattr(self, "xla_steps", "auto"))
     return acc["output"], list(final["cell"]), final["output"]
 
   def _fast_loop(self, x, initial_state, mask, training):
@@ -350,7 +352,8 @@ class _RecurrentLoop:
 def _keras_arguments(arguments: Dict[str, Any]) -> Dict[str, Any]:
   """A constructor's `locals()` as keyword arguments for Keras's __init__."""
   passed = {k: v for k, v in arguments.items()
-            if k not in ("self", "__class__", "recompute", "kwargs")}
+            if k not in ("self", "__class__", "recompute", "xla_steps",
+                         "kwargs")}
   return {**passed, **arguments["kwargs"]}
 
 
@@ -368,7 +371,11 @@ class RNN(_RecurrentLoop, keras.layers.RNN):
   Takes the arguments of `keras.layers.RNN` and behaves the same, but the
   backward pass keeps only per-step states. `unroll=True` runs Keras's own
   unrolled loop. `recompute=True` matters only for a plain
-  LSTMCell/GRUCell/SimpleRNNCell (see `LSTM`).
+  LSTMCell/GRUCell/SimpleRNNCell (see `LSTM`). Any other cell runs on
+  `tf_recurrent.recurrent`, its step recomputed and differentiated in the
+  backward pass; `xla_steps` is that op's argument ("auto": outside XLA,
+  each step and each step's gradient run as one XLA cluster where that
+  computes what the plain ops compute; True or False force it).
 
   Example:
 
@@ -383,9 +390,13 @@ class RNN(_RecurrentLoop, keras.layers.RNN):
   def __init__(self, cell, return_sequences=False, return_state=False,
                go_backwards=False, stateful=False, unroll=False,
                zero_output_for_mask=False, *, recompute: bool = False,
-               **kwargs):
+               xla_steps: Union[str, bool] = "auto", **kwargs):
     super().__init__(**_keras_arguments(locals()))
     self._set_recompute(recompute)
+    self.xla_steps = step_clusters.check_setting(xla_steps)
+
+  def get_config(self):
+    return {**super().get_config(), "xla_steps": self.xla_steps}
 
 
 @keras.saving.register_keras_serializable(package="tf_recurrent")

@@ -14,7 +14,9 @@ passes (`_storage` picks it):
   extra forward pass.
 
 Per-example `sequence_length` and an early `stop_fn` act inside one step
-(`_Program.step` and `_Program.grad_step`), so every variant shares them.
+(`_Program.step_fn` and `_Program.grad_step_fn`), so every variant shares
+them. Outside XLA each step, and each step's gradient, runs as one XLA
+cluster where that computes the same (`step_clusters`).
 """
 
 import dataclasses
@@ -29,6 +31,7 @@ from tf_recurrent import masks
 from tf_recurrent import probe as probe_lib
 from tf_recurrent import recompute
 from tf_recurrent import seeds
+from tf_recurrent import step_clusters
 from tf_recurrent import structs
 
 
@@ -43,10 +46,14 @@ class Options:
       not returned are still kept for the backward pass (unless
       checkpointing), but get no incoming gradient.
     checkpoint_every: None, a segment length k >= 1, or "sqrt".
+    xla_steps: "auto", True or False: whether each step, and each step's
+      gradient, runs as one XLA cluster when the loops are not compiled
+      (`step_clusters`).
   """
   use_xla: bool
   returned_rows: Tuple[bool, ...]
   checkpoint_every: Union[None, int, str] = None
+  xla_steps: step_clusters.XlaSteps = "auto"
 
   @property
   def returns_rows(self) -> bool:
@@ -86,7 +93,7 @@ def build(theta, state0, inputs, cell_fn, cell_grad, stop_fn,
   """
   use_xla = options.use_xla or accumulators.in_xla_context()
   program = _Program(theta, state0, inputs, cell_fn, cell_grad, stop_fn,
-                     step, use_xla, sequence_length, seed)
+                     step, use_xla, sequence_length, seed, options.xla_steps)
   flat_theta = tf.nest.flatten(theta)
   flat_state0 = tf.nest.flatten(state0)
   flat_inputs = tf.nest.flatten(inputs)
@@ -299,12 +306,13 @@ class _Program:
   """One call's step, per-step gradient, and loops over a range of steps."""
 
   def __init__(self, theta, state0, inputs, cell_fn, cell_grad, stop_fn,
-               step, use_xla, lengths, seed):
+               step, use_xla, lengths, seed, xla_steps):
     self.theta, self.state0, self.inputs = theta, state0, inputs
     self.cell_fn, self.cell_grad, self.stop_fn = cell_fn, cell_grad, stop_fn
     self.extras_spec = step.extras
     self.captured = list(step.captured)
     self.use_xla = use_xla
+    self.xla_steps = xla_steps
     self.lengths = lengths
     self.has_extras = cell_grad is not None
     source = seeds.seed_source(seed)
@@ -332,18 +340,32 @@ class _Program:
       new.set_shape(old.shape)
     return state1, tf.nest.flatten(extras)
 
-  def step(self, flat_t, flat_x, t, state) -> _StepOut:
-    """Step t: examples past their length carry their state, write zeros."""
-    inputs_t = [accumulators.read_row(x, t) for x in flat_x]
+  def step_fn(self) -> Callable[..., _StepOut]:
+    """`step(flat_t, flat_x, t, state)` for one loop body (clustered or
+    not, `step_clusters`)."""
+    on_row = step_clusters.wrap(self._step_on_row, self.xla_steps,
+                                self.use_xla, "forward step")
+
+    def step(flat_t, flat_x, t, state):
+      inputs_t = [accumulators.read_row(x, t) for x in flat_x]
+      out = _StepOut(*on_row(flat_t, inputs_t, t, state))
+      for new, old in zip(out.carry, state):
+        new.set_shape(old.shape)
+      return out
+
+    return step
+
+  def _step_on_row(self, flat_t, inputs_t, t, state):
+    """Step t on its input row: examples past their length carry their
+    state, write zeros. Returns `_StepOut`'s fields."""
     state1, extras = self.call_cell(flat_t, state, inputs_t, t)
     if self.lengths is None:
-      return _StepOut(state1, state1, extras)
+      return state1, state1, extras
     running = lengths_lib.step_mask(self.lengths, t)
-    return _StepOut(
-        [masks.select(running, new, old)
-         for new, old in zip(state1, state)],
-        [masks.zero_where_off(running, new) for new in state1],
-        extras)
+    return ([masks.select(running, new, old)
+             for new, old in zip(state1, state)],
+            [masks.zero_where_off(running, new) for new in state1],
+            extras)
 
   def extras_templates(self, flat_t, flat_s0, flat_x):
     """One tensor per extras leaf, shaped like a step's extras.
@@ -382,8 +404,10 @@ class _Program:
         running = tf.logical_and(running, tf.logical_not(stop_now))
       return running
 
+    step = self.step_fn()
+
     def body(t, state, handles):
-      out = self.step(flat_t, flat_x, t, state)
+      out = step(flat_t, flat_x, t, state)
       handles = [sink.write(h, t, state, out)
                  for sink, h in zip(sinks, handles)]
       return t + 1, out.carry, handles
@@ -411,11 +435,37 @@ class _Program:
         dvars=[tf.zeros_like(v.read_value()) for v in self.variables],
         dinput_handles=[acc.empty() for acc in self.input_accs])
 
-  def grad_step(self, flat_t, flat_x, t, state_prev, extras_t, d_row,
-                carry: _GradCarry) -> _GradCarry:
-    """Backprops step t, given the state entering it and d(row t)."""
-    inputs_t = [accumulators.read_row(x, t) for x in flat_x]
-    dstate1 = _scatter(self.diff_state, carry.dstate)
+  def grad_step_fn(self) -> Callable[..., _GradCarry]:
+    """`grad_step(flat_t, flat_x, t, state_prev, extras_t, d_row, carry)`
+    for one loop body: backprops step t, given the state entering it and
+    d(row t). The step's gradients and the running sums are one XLA cluster
+    or plain ops (`step_clusters`); the rows are read and written outside."""
+    sums = step_clusters.wrap(self._grad_sums, self.xla_steps, self.use_xla,
+                              "gradient step")
+
+    def grad_step(flat_t, flat_x, t, state_prev, extras_t, d_row,
+                  carry: _GradCarry) -> _GradCarry:
+      inputs_t = [accumulators.read_row(x, t) for x in flat_x]
+      dstate, dtheta, dcaptured, dvars, g_inputs = sums(
+          flat_t, inputs_t, t, state_prev, extras_t, d_row, carry.dstate,
+          carry.dtheta, carry.dcaptured, carry.dvars)
+      for new, old in zip(dstate + dtheta + dcaptured + dvars,
+                          carry.dstate + carry.dtheta + carry.dcaptured +
+                          carry.dvars):
+        new.set_shape(old.shape)
+      return _GradCarry(
+          dstate=dstate, dtheta=dtheta, dcaptured=dcaptured, dvars=dvars,
+          dinput_handles=[acc.write(h, t, g) for acc, h, g in
+                          zip(self.input_accs, carry.dinput_handles,
+                              g_inputs)])
+
+    return grad_step
+
+  def _grad_sums(self, flat_t, inputs_t, t, state_prev, extras_t, d_row,
+                 dstate, dtheta, dcaptured, dvars):
+    """Step t's gradients added to the running sums (`_GradCarry`'s first
+    four fields, in order); also returns d(inputs[t])."""
+    dstate1 = _scatter(self.diff_state, dstate)
     dstate1 = [d if (d is None or r is None) else d + tf.cast(r, d.dtype)
                for d, r in zip(dstate1, d_row)]
     running = None
@@ -428,18 +478,14 @@ class _Program:
         flat_t, state_prev, inputs_t, extras_t, dcell, t)
     if running is not None:
       # Finished examples pass their state gradient straight through.
-      g_state = [masks.select(running, g, d)
-                 for g, d in zip(g_state, carry.dstate)]
+      g_state = [masks.select(running, g, d) for g, d in zip(g_state, dstate)]
       g_inputs = [masks.zero_where_off(running, g) for g in g_inputs]
-    return _GradCarry(
-        dstate=g_state,
-        dtheta=[a + g for a, g in zip(carry.dtheta, g_theta)],
-        # add_n: it also sums TensorList gradients (variant tensors).
-        dcaptured=[tf.math.add_n([a, g])
-                   for a, g in zip(carry.dcaptured, g_captured)],
-        dvars=[a + g for a, g in zip(carry.dvars, g_vars)],
-        dinput_handles=[acc.write(h, t, g) for acc, h, g in
-                        zip(self.input_accs, carry.dinput_handles, g_inputs)])
+    return (g_state,
+            [a + g for a, g in zip(dtheta, g_theta)],
+            # add_n: it also sums TensorList gradients (variant tensors).
+            [tf.math.add_n([a, g]) for a, g in zip(dcaptured, g_captured)],
+            [a + g for a, g in zip(dvars, g_vars)],
+            g_inputs)
 
   def step_grads(self, flat_t, state_prev, inputs_t, extras_t, dcell, t):
     """Step t's gradients, given d(state leaving it) (`dcell`, flat).
@@ -479,6 +525,8 @@ class _Program:
   def run_reverse(self, flat_t, flat_x, start, stop, carry, state_prev_fn,
                   extras_fn, d_rows):
     """Backprops steps stop-1 down to start."""
+    grad_step = self.grad_step_fn()
+
     def body(t, *parts):
       carry = _GradCarry(*parts)
       d_row = [None if d is None else accumulators.read_row(d, t)
@@ -486,8 +534,8 @@ class _Program:
       state_prev = state_prev_fn(t)
       for s, s0 in zip(state_prev, tf.nest.flatten(self.state0)):
         s.set_shape(s0.shape)
-      carry = self.grad_step(flat_t, flat_x, t, state_prev, extras_fn(t),
-                             d_row, carry)
+      carry = grad_step(flat_t, flat_x, t, state_prev, extras_fn(t), d_row,
+                        carry)
       return [t - 1] + carry.as_list()
 
     out = tf.while_loop(lambda t, *_: t >= start, body,

@@ -21,6 +21,7 @@ from tf_recurrent import lengths as lengths_lib
 from tf_recurrent import loops
 from tf_recurrent import probe as probe_lib
 from tf_recurrent import seeds
+from tf_recurrent import step_clusters
 from tf_recurrent import structs
 from tf_recurrent import tracing
 
@@ -48,7 +49,8 @@ def recurrent(theta: Any,
               accumulate_state: Any = True,
               stop_fn: Optional[StopFn] = None,
               time_major: bool = True,
-              seed: Any = None) -> Tuple[Any, Any]:
+              seed: Any = None,
+              xla_steps: Union[str, bool] = "auto") -> Tuple[Any, Any]:
   """Runs a recurrent cell over time-major inputs, with a lean gradient.
 
   Computes, in one `tf.while_loop`:
@@ -121,6 +123,15 @@ def recurrent(theta: Any,
       `[B, T, ...]` (False, and then `acc_state` is batch-major too).
     seed: Optional int `[2]` base seed for `step_seed()`; drawn at random
       per call when `cell_fn` uses `step_seed()` and no seed is given.
+    xla_steps: Whether, in loops XLA does not compile (no `jit_compile`, no
+      `use_tpu`), each step and each step's gradient run as one XLA cluster
+      (one call instead of dozens of small ops). "auto" (the default) does
+      where that computes what the plain step computes: not for steps that
+      draw random numbers (XLA's generator draws others for the same seed),
+      hold ops without XLA kernels (`tf.py_function`, strings), assertions
+      or TensorLists; such steps run plain, logged once at INFO level.
+      True compiles every step (XLA must support its ops), False none.
+      SavedModel exports never hold clusters.
 
   Returns:
     `(acc_state, final_state)`: `acc_state` has the structure of `state0` with
@@ -136,7 +147,7 @@ def recurrent(theta: Any,
       `cell_grad` return structures, dtypes or shapes unlike their arguments
       (naming the leaf), if `stop_fn` returns anything but a scalar bool, if
       `max_input_length` or `sequence_length` is out of range or of the
-      wrong shape, if `checkpoint_every` is not an int >= 1 or "sqrt", if
+      wrong shape, if `xla_steps` is not "auto", True or False, if `checkpoint_every` is not an int >= 1 or "sqrt", if
       `accumulate_state` is neither a bool nor a structure of bools like
       `state0` (naming the leaf), or if the default gradient cannot
       reproduce `cell_fn` (stateful randomness).
@@ -185,7 +196,7 @@ def recurrent(theta: Any,
   return _recurrent(theta, state0, inputs, cell_fn, cell_grad, extras,
                     max_input_length, use_tpu, sequence_length,
                     checkpoint_every, accumulate_state, stop_fn, time_major,
-                    seed)
+                    seed, step_clusters.check_setting(xla_steps))
 
 
 Recurrent = recurrent
@@ -194,7 +205,7 @@ Recurrent = recurrent
 @tf.autograph.experimental.do_not_convert
 def _recurrent(theta, state0, inputs, cell_fn, cell_grad, extras,
                max_input_length, use_tpu, sequence_length, checkpoint_every,
-               accumulate_state, stop_fn, time_major, seed):
+               accumulate_state, stop_fn, time_major, seed, xla_steps):
   """`recurrent` once the user's callables are set; never converted."""
   theta = structs.to_tensors(theta, "theta")
   state0 = structs.to_tensors(state0, "state0")
@@ -211,7 +222,8 @@ def _recurrent(theta, state0, inputs, cell_fn, cell_grad, extras,
   returned_rows = _check_accumulate_state(accumulate_state, state0)
   options = loops.Options(
       use_xla=bool(use_tpu), returned_rows=returned_rows,
-      checkpoint_every=_check_checkpoint_every(checkpoint_every))
+      checkpoint_every=_check_checkpoint_every(checkpoint_every),
+      xla_steps=xla_steps)
   if seed is not None:
     seed = tf.convert_to_tensor(seed)
     if seed.dtype not in (tf.int32, tf.int64) or seed.shape != [2]:
@@ -426,8 +438,9 @@ def _eager_function(cell_fn, cell_grad, stop_fn, options, step):
       fns = entry["callables"]
       step = probe_lib.probe_step(fns[0], fns[1], theta, state0, inputs,
                                   extras, fns[2])
-      return loops.build(theta, state0, inputs, *fns, step, options,
-                         max_input_length, sequence_length, seed)
+      with tf.name_scope("recurrent"):  # Not the root: see probe.py.
+        return loops.build(theta, state0, inputs, *fns, step, options,
+                           max_input_length, sequence_length, seed)
 
     entry["traced"] = tracing.RelaxedFunction(
         run, autograph=False, jit_compile=options.use_xla or None)

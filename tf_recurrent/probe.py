@@ -173,6 +173,12 @@ def probe_step(cell_fn: Callable[..., Any],
   seed_used = []
 
   def one_step(theta_, state0_, inputs_t):
+    # Not at the graph's root scope, where a name with a leading underscore
+    # (a Keras cell class `_MyCell`'s layer name) is invalid.
+    with tf.name_scope("step"):
+      return checked_step(theta_, state0_, inputs_t)
+
+  def checked_step(theta_, state0_, inputs_t):
     if stop_fn is not None:
       _check_stop_output(stop_fn(tf.constant(0), theta_, state0_))
     with seeds.seeded_step(lambda: tf.zeros([2], tf.int32), 0) as frame:

@@ -1,0 +1,347 @@
+"""Tests of tf_recurrent.step_clusters: the generic loops' steps as XLA
+clusters outside XLA, computing what the plain steps compute."""
+
+import logging
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_recurrent
+from tf_recurrent import step_clusters
+from conftest import (GRAPH_MODES, assert_all_close, assert_numerical_gradients,
+                      elman_args, elman_cell, elman_grad, static_unroll,
+                      values_and_grads)
+
+# The traced functions of the two step kinds (loops.py's names).
+_STEP_FUNCTIONS = ("_step_on_row", "_grad_sums")
+
+
+def compiled_steps(graph_def):
+  """Names of the step functions in `graph_def` compiled as XLA clusters."""
+  return sorted(
+      f.signature.name for f in graph_def.library.function
+      if any(kind in f.signature.name for kind in _STEP_FUNCTIONS) and
+      f.attr["_XlaMustCompile"].b)
+
+
+def training_graph(cell_fn, xla_steps, jit_compile=False, seq_len=4,
+                   **kwargs):
+  """The graph of a tf.function differentiating the op on the Elman case."""
+  theta, state0, inputs = elman_args(seq_len)
+
+  @tf.function(autograph=False, jit_compile=jit_compile)
+  def step():
+    with tf.GradientTape() as tape:
+      tape.watch(theta)
+      acc, _ = tf_recurrent.recurrent(theta, state0, inputs, cell_fn,
+                                      xla_steps=xla_steps, **kwargs)
+      loss = tf.reduce_sum(acc["h"])
+    return tape.gradient(loss, theta)
+
+  return step.get_concrete_function().graph.as_graph_def()
+
+
+def loss_of(values):
+  """A scalar reading every tensor of `values` (None leaves skipped)."""
+  leaves = [v for v in tf.nest.flatten(values) if v is not None]
+  return tf.add_n([tf.reduce_sum(tf.sin(v * (1.0 + 0.1 * i)))
+                   for i, v in enumerate(leaves)])
+
+
+def dropout_cell(theta, state, x):
+  """Elman with step_seed() dropout on its input."""
+  keep = tf.random.stateless_uniform(
+      tf.shape(x), seed=tf_recurrent.step_seed(), dtype=x.dtype) < 0.7
+  return elman_cell(theta, state, tf.where(keep, x / 0.7, 0.0))
+
+
+@pytest.mark.parametrize("xla_steps, want", [
+    ("auto", 2), (True, 2), (False, 0)])
+def test_the_forward_and_gradient_steps_are_clusters(xla_steps, want):
+  assert len(compiled_steps(training_graph(elman_cell, xla_steps))) == want
+
+
+def test_no_clusters_inside_an_xla_program():
+  assert not compiled_steps(training_graph(elman_cell, True, jit_compile=True))
+
+
+@pytest.mark.parametrize("cell, reason", [
+    (dropout_cell, "draws random numbers"),
+    (lambda theta, state, x: elman_cell(theta, state, tf.numpy_function(
+        lambda a: a, [x], x.dtype, stateful=False)), "no XLA_CPU_JIT kernel"),
+    (lambda theta, state, x: elman_cell(theta, state, tf.cond(
+        tf.reduce_all(x > -1e9), lambda: x, lambda: -x)), "control flow"),
+    (elman_cell, None),
+])
+def test_auto_runs_plain_where_a_cluster_would_differ(cell, reason, caplog,
+                                                      monkeypatch):
+  monkeypatch.setattr(step_clusters, "_reported", set())
+  caplog.set_level(logging.INFO, logger="absl")
+  compiled = compiled_steps(training_graph(cell, "auto"))
+  if reason is None:
+    assert len(compiled) == 2
+    return
+  assert not compiled
+  said = [r.getMessage() for r in caplog.records if "tf_recurrent" in
+          r.getMessage()]
+  assert len(said) == 2 and all(reason in s for s in said), said
+
+
+def test_strings_run_plain():
+  def cell(theta, state, x):
+    width = tf.cast(tf.strings.length(tf.strings.as_string(x)), x.dtype)
+    return elman_cell(theta, state, x + 0.0 * width)
+  assert not compiled_steps(training_graph(cell, "auto"))
+
+
+def test_a_tensor_array_read_in_the_step_runs_plain():
+  seq_len = 4
+  theta, state0, inputs = elman_args(seq_len)
+
+  @tf.function(autograph=False)
+  def step():
+    rows = tf.TensorArray(tf.float64, size=seq_len).unstack(inputs)
+    with tf.GradientTape() as tape:
+      tape.watch(theta)
+      _, final = tf_recurrent.recurrent(
+          theta, state0, tf.range(seq_len),
+          lambda th, s, t: elman_cell(th, s, rows.read(t)))
+    return tape.gradient(final["h"], theta)
+
+  assert not compiled_steps(step.get_concrete_function().graph.as_graph_def())
+
+
+def _cases():
+  """(name, build kwargs) of the op's contracts the clusters must keep."""
+  return {
+      "default_grad": {},
+      "cell_grad": {"cell_grad": elman_grad},
+      "sequence_length": {"sequence_length": [5, 0, 3]},
+      "max_input_length": {"max_input_length": "tensor"},
+      "checkpoint_every": {"checkpoint_every": 2, "accumulate_state": False},
+      "stop_fn": {"stop_fn": lambda t, theta, s: tf.reduce_all(
+          s["h"] > 0.99)},
+      "rows_of_one_leaf": {"accumulate_state": {"h": True}},
+  }
+
+
+def _build(case, xla_steps, seq_len=5):
+  kwargs = dict(_cases()[case])
+
+  def build(watch):
+    theta, state0, inputs = elman_args(seq_len)
+    # A closed-over variable-free tensor that needs a gradient too.
+    scale = tf.constant(0.8, tf.float64)
+    watch([theta, state0, inputs, scale])
+    if kwargs.get("max_input_length") == "tensor":
+      kwargs["max_input_length"] = tf.constant(4)
+
+    def cell(theta, state, x):
+      return elman_cell(theta, state, x * scale)
+
+    cell_grad = kwargs.pop("cell_grad", None)
+    if cell_grad is not None:
+      cell = elman_cell
+    acc, final = tf_recurrent.recurrent(theta, state0, inputs, cell,
+                                        cell_grad, xla_steps=xla_steps,
+                                        **kwargs)
+    values = [v for v in tf.nest.flatten((acc, final)) if v is not None]
+    return values, loss_of(values), tf.nest.flatten(
+        [theta, state0, inputs, scale])
+
+  return build
+
+
+@pytest.mark.parametrize("case", list(_cases()))
+@pytest.mark.parametrize("mode", ["function", "tf1"])
+def test_clustered_steps_equal_plain_steps(case, mode):
+  clustered = values_and_grads(mode, _build(case, True))
+  plain = values_and_grads(mode, _build(case, False))
+  assert_all_close(clustered, plain, tol=1e-10)
+
+
+@pytest.mark.parametrize("mode", GRAPH_MODES)
+def test_clustered_steps_equal_the_unroll(mode):
+  def build(watch):
+    theta, state0, inputs = elman_args(6)
+    watch([theta, state0, inputs])
+    values = tf_recurrent.recurrent(theta, state0, inputs, elman_cell)
+    return values, loss_of(values), tf.nest.flatten([theta, state0, inputs])
+
+  def unroll(watch):
+    theta, state0, inputs = elman_args(6)
+    watch([theta, state0, inputs])
+    values = static_unroll(theta, state0, inputs, elman_cell)
+    return values, loss_of(values), tf.nest.flatten([theta, state0, inputs])
+
+  assert_all_close(values_and_grads(mode, build),
+                   values_and_grads("eager", unroll), tol=1e-10)
+
+
+def test_forced_clusters_with_random_draws_have_consistent_gradients():
+  """xla_steps=True on a step_seed() dropout cell: XLA's own masks, drawn
+  alike in the forward step and its recompute."""
+  theta, state0, inputs = elman_args(4)
+
+  @tf.function(autograph=False)
+  def loss(w, x):
+    acc, _ = tf_recurrent.recurrent({**theta, "w": w}, state0, x,
+                                    dropout_cell, seed=[3, 4],
+                                    xla_steps=True)
+    return tf.reduce_sum(tf.sin(acc["h"]))
+
+  assert_numerical_gradients(loss, [theta["w"], inputs])
+
+
+def test_eager_calls_of_new_lengths_trace_no_new_clusters():
+  traced = []
+
+  def cell(theta, state, x):
+    traced.append(x.shape)
+    # A constant no other test's step holds: the op's eager cache, keyed by
+    # what the step computes, must not hold this step's trace already.
+    return elman_cell(theta, state, x * 1.2345)
+
+  theta, state0, _ = elman_args(1)
+  for seq_len in (3, 4, 6):
+    with tf.GradientTape() as tape:
+      tape.watch(theta)
+      acc, _ = tf_recurrent.recurrent(
+          theta, state0, elman_args(seq_len)[2], cell)
+    tape.gradient(acc["h"], theta)
+    if seq_len == 3:
+      first = len(traced)
+  # The first call: the probe, its repeat in the loops' trace, the forward
+  # cluster, the gradient cluster; later ones only the probe that
+  # fingerprints the step.
+  assert first == 4
+  assert len(traced) - first == 2
+
+
+def test_under_a_distribution_strategy():
+  strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+  theta, state0, inputs = elman_args(5, batch=4)
+
+  def grads(xla_steps):
+    @tf.function(autograph=False)
+    def replica(x, h0):
+      with tf.GradientTape() as tape:
+        tape.watch(theta)
+        acc, _ = tf_recurrent.recurrent(theta, {"h": h0}, x, elman_cell,
+                                        xla_steps=xla_steps)
+        loss = tf.reduce_sum(acc["h"] ** 2)
+      return tape.gradient(loss, theta)
+
+    def run():
+      def fn(ctx):
+        i = ctx.replica_id_in_sync_group
+        return replica(inputs[:, 2 * i:2 * i + 2],
+                       state0["h"][2 * i:2 * i + 2])
+      per_replica = strategy.run(
+          lambda: fn(tf.distribute.get_replica_context()))
+      return tf.nest.map_structure(
+          lambda g: strategy.reduce("SUM", g, axis=None), per_replica)
+
+    return run()
+
+  assert_all_close(grads("auto"), grads(False), tol=1e-10)
+
+
+def test_saved_model_graphs_hold_no_clusters(tmp_path):
+  theta, state0, _ = elman_args(1)
+
+  class Module(tf.Module):
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 3, 4], tf.float64)])
+    def __call__(self, x):
+      return tf_recurrent.recurrent(theta, state0, x, elman_cell)[1]["h"]
+
+  module = Module()
+  tf.saved_model.save(module, str(tmp_path))
+  saved = tf.saved_model.load(str(tmp_path))
+  x = elman_args(5)[2]
+  np.testing.assert_allclose(saved(x), module(x), rtol=1e-10)
+  assert b"_XlaMustCompile" not in (tmp_path / "saved_model.pb").read_bytes()
+  # Traced outside tf.saved_model.save, the same function has its cluster.
+  assert compiled_steps(
+      Module().__call__.get_concrete_function().graph.as_graph_def())
+
+
+def test_xla_steps_must_be_auto_or_a_bool():
+  theta, state0, inputs = elman_args(2)
+  with pytest.raises(ValueError, match="xla_steps must be"):
+    tf_recurrent.recurrent(theta, state0, inputs, elman_cell, xla_steps="on")
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_a_variable_read_in_the_step_gets_its_gradient(mode):
+  theta, state0, inputs = elman_args(5)
+  scale = tf.Variable(tf.fill([4], tf.constant(0.7, tf.float64)))
+
+  def grads(run):
+    def fn():
+      with tf.GradientTape() as tape:
+        values = run(lambda th, s, x: elman_cell(th, s, x * scale))
+        loss = loss_of(values)
+      return tape.gradient(loss, [scale, theta])
+    return fn() if mode == "eager" else tf.function(fn, autograph=False)()
+
+  clustered = grads(lambda cell: tf_recurrent.recurrent(
+      theta, state0, inputs, cell, xla_steps=True))
+  plain = grads(lambda cell: tf_recurrent.recurrent(
+      theta, state0, inputs, cell, xla_steps=False))
+  unrolled = grads(lambda cell: static_unroll(theta, state0, inputs, cell))
+  assert_all_close(clustered, plain, tol=1e-10)
+  assert_all_close(clustered, unrolled, tol=1e-10)
+
+
+@keras.saving.register_keras_serializable(package="test_step_clusters")
+class _HalfDecayCell(keras.layers.Layer):
+  """A user's Keras cell: h = tanh(x K + h / 2)."""
+
+  state_size = 4
+  output_size = 4
+
+  def build(self, input_shape):
+    self.kernel = self.add_weight(shape=(input_shape[-1], 4), name="kernel")
+
+  def call(self, inputs, states):
+    h = keras.ops.tanh(keras.ops.matmul(inputs, self.kernel) + 0.5 * states[0])
+    return h, [h]
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
+def test_a_keras_cell_in_the_rnn_layer(policy):
+  previous = keras.config.dtype_policy()
+  keras.config.set_dtype_policy(policy)
+  try:
+    layer = tf_recurrent.RNN(_HalfDecayCell(), return_sequences=True)
+    x = tf.random.stateless_normal([2, 6, 3], seed=[1, 2])
+    layer(x)
+    results, graphs = {}, {}
+    for xla_steps in ("auto", False):
+      layer.xla_steps = xla_steps
+
+      @tf.function(autograph=False)
+      def step():
+        with tf.GradientTape() as tape:
+          y = layer(x, training=True)
+          loss = tf.reduce_sum(tf.cast(y, tf.float32) ** 2)
+        return y, tape.gradient(loss, layer.trainable_weights)
+
+      results[xla_steps] = step()
+      graphs[xla_steps] = step.get_concrete_function().graph.as_graph_def()
+  finally:
+    keras.config.set_dtype_policy(previous)
+  assert len(compiled_steps(graphs["auto"])) == 2
+  assert not compiled_steps(graphs[False])
+  tol = 1e-6 if policy == "float32" else 1e-2
+  assert_all_close(tf.nest.map_structure(
+      lambda t: tf.cast(t, tf.float32), results["auto"]),
+                   tf.nest.map_structure(
+      lambda t: tf.cast(t, tf.float32), results[False]), tol=tol)
+  assert tf_recurrent.RNN.from_config(
+      tf_recurrent.RNN(_HalfDecayCell(), xla_steps=False).get_config()
+  ).xla_steps is False

@@ -1,0 +1,192 @@
+"""Each step of the generic loops as one XLA cluster, where XLA is not on.
+
+Outside XLA (Keras 3's default `compile()`, TF1 graphs, Lingvo) the TF
+executor runs one step of `cell_fn`, and in the reverse loop its recompute
+and VJP, as dozens of small ops dispatched one at a time. At the sizes
+recurrent models train at, many of those ops do microseconds of work and cost
+as much again to dispatch. Compiled as one XLA cluster (a
+`tf.function(jit_compile=True)` called from the uncompiled while loop), a step
+is one call: fused elementwise work, one dispatch. The loops, their
+accumulators and the custom gradient stay as they are.
+
+A step runs as a cluster only when that computes what the plain step
+computes. With `xla_steps="auto"` (the op's default) the step's traced graph
+is checked once per trace, and the step runs plain, with one log line naming
+the reason, when it holds:
+
+* an op without an XLA kernel for this device (`tf.py_function`, strings);
+* a random draw: XLA's generator gives other numbers than TensorFlow's
+  kernels for the same seed, so a step with `step_seed()` dropout would not
+  draw the masks it draws unclustered;
+* a run-time assertion (XLA drops them) or a TensorList/TensorArray value;
+* control flow (`tf.cond`, `tf.while_loop`): a compiled cond differentiated
+  under a second, persistent tape yields intermediates of other shapes than
+  it was traced with.
+
+Under an outer `jit_compile=True` (or `use_tpu`) the whole loop is one XLA
+program already and nothing changes. Graphs traced for a SavedModel get no
+clusters: a server may run without XLA.
+"""
+
+import contextlib
+import functools
+import threading
+from typing import Any, Callable, List, Union
+
+from absl import logging
+import tensorflow as tf
+from tensorflow.python.framework import kernels
+from tensorflow.python.saved_model import save_context
+
+XlaSteps = Union[str, bool]
+
+# Ops XLA compiles into something else than TensorFlow runs: assertions are
+# dropped, prints are not printed.
+_CHANGED_BY_XLA = frozenset({"Assert", "Print", "PrintV2", "CheckNumerics",
+                             "CheckNumericsV2"})
+# Control flow: differentiated under a second (persistent) tape, a compiled
+# cond returns intermediates of other shapes than the traced ones.
+_CONTROL_FLOW = frozenset({"If", "StatelessIf", "While", "StatelessWhile",
+                           "Case", "StatelessCase"})
+_UNCOMPILABLE_DTYPES = {tf.string.as_datatype_enum: "strings",
+                        tf.variant.as_datatype_enum:
+                            "a TensorList or TensorArray value"}
+# A traced function's arguments, and the call ops a cluster compiles through
+# (the called functions' bodies are checked as library functions).
+_STRUCTURAL = frozenset({"Placeholder", "NoOp", "PartitionedCall",
+                         "StatefulPartitionedCall"})
+
+_local = threading.local()
+_reported = set()
+
+
+def check_setting(xla_steps: Any) -> XlaSteps:
+  """Validates the op's `xla_steps` argument: "auto", True or False."""
+  if xla_steps == "auto" or isinstance(xla_steps, bool):
+    return xla_steps
+  raise ValueError(
+      f'xla_steps must be "auto", True or False; got {xla_steps!r}.')
+
+
+@contextlib.contextmanager
+def plain_steps():
+  """Builds every loop of the block with plain (unclustered) steps."""
+  depth = getattr(_local, "plain", 0)
+  _local.plain = depth + 1
+  try:
+    yield
+  finally:
+    _local.plain = depth
+
+
+def wrap(step_fn: Callable[..., Any], setting: XlaSteps, use_xla: bool,
+         what: str) -> Callable[..., Any]:
+  """`step_fn`, to be called in a loop body: as one XLA cluster or plain.
+
+  Args:
+    step_fn: A function of tensors (and structures of them, with None).
+    setting: The op's `xla_steps`: True compiles the step whatever it holds,
+      False never, "auto" when the traced step passes the checks above.
+    use_xla: Whether the loop itself is compiled by XLA.
+    what: The step's name in the log line ("forward step", ...).
+
+  Returns:
+    A function with `step_fn`'s signature. Its first call traces the cluster
+    (and decides); call it once per loop body.
+  """
+  if (use_xla or setting is False or getattr(_local, "plain", 0) or
+      save_context.in_save_context()):
+    return step_fn
+
+  @functools.wraps(step_fn)
+  def scoped_step(*args):
+    # A function graph starts at the root name scope, where names with a
+    # leading underscore (a Keras cell class `_MyCell`'s layer name) are
+    # invalid: nest the step in a scope of its own.
+    with tf.name_scope(what.replace(" ", "_")):
+      return step_fn(*args)
+
+  def call(*args):
+    cluster = tf.function(scoped_step, jit_compile=True, autograph=False)
+    if setting == "auto":
+      reasons = _blockers(cluster.get_concrete_function(*args).graph)
+      if reasons:
+        _report(what, reasons)
+        return step_fn(*args)
+    return cluster(*args)
+
+  return call
+
+
+def _report(what: str, reasons: List[str]):
+  key = (what, tuple(reasons))
+  if key not in _reported:
+    _reported.add(key)
+    logging.info(
+        "tf_recurrent: the %s runs as plain TensorFlow ops, not one XLA "
+        "cluster, because it %s (xla_steps=True forces the cluster).", what,
+        "; ".join(reasons))
+
+
+def _blockers(graph: tf.Graph) -> List[str]:
+  """Why `graph` must not run as a cluster (empty when it may)."""
+  graph_def = graph.as_graph_def()
+  functions = {f.signature.name for f in graph_def.library.function}
+  nodes = list(graph_def.node)
+  for function in graph_def.library.function:
+    nodes += function.node_def
+  reasons = []
+
+  def add(reason):
+    if reason not in reasons:
+      reasons.append(reason)
+
+  device_type = _xla_device_type()
+  for node in nodes:
+    for attr in node.attr.values():
+      for dtype in [attr.type, *attr.list.type]:
+        if dtype in _UNCOMPILABLE_DTYPES:
+          add(f"holds {_UNCOMPILABLE_DTYPES[dtype]} ({node.op})")
+    if node.op in functions or node.op in _STRUCTURAL:
+      continue
+    if _draws_random(node.op):
+      add(f"draws random numbers ({node.op}; XLA's generator draws other "
+          "numbers than TensorFlow's for the same seed)")
+    elif node.op in _CONTROL_FLOW:
+      add(f"holds control flow ({node.op}; compiled, its gradient under a "
+          "second tape has intermediates of other shapes than traced)")
+    elif node.op in _CHANGED_BY_XLA:
+      add(f"holds {node.op} (XLA drops it)")
+    elif not _has_kernel(node.op, device_type):
+      add(f"holds {node.op}, which has no {device_type} kernel")
+  return reasons
+
+
+def _draws_random(op_type: str) -> bool:
+  return ("Random" in op_type or "TruncatedNormal" in op_type or
+          "Multinomial" in op_type or op_type.startswith(("Stateful", "Rng")))
+
+
+def _xla_device_type() -> str:
+  return "XLA_GPU_JIT" if tf.config.list_logical_devices("GPU") else (
+      "XLA_CPU_JIT")
+
+
+def _has_kernel(op_type: str, device_type: str) -> bool:
+  _register_xla_kernels()
+  return any(k.device_type == device_type for k in
+             kernels.get_registered_kernels_for_op(op_type).kernel)
+
+
+def _register_xla_kernels():
+  """TensorFlow registers XLA's op kernels on the first compile: run one."""
+  if getattr(_register_xla_kernels, "done", False):
+    return
+  double = tf.function(lambda x: 2.0 * x, jit_compile=True, autograph=False)
+  with tf.init_scope():
+    if tf.executing_eagerly():
+      double(tf.ones([1]))
+    else:  # TF1: eager execution is off for the whole process.
+      with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        session.run(double(tf.ones([1])))
+  _register_xla_kernels.done = True
