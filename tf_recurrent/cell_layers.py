@@ -16,8 +16,8 @@ from tf_recurrent import layers
 # the base Layer's, which both take.
 _LAYER_ARGS = ("return_sequences", "return_state", "go_backwards",
                "stateful", "unroll", "zero_output_for_mask", "recompute",
-               "xla_steps", "activity_regularizer", "name", "input_shape", "batch_size",
-               "input_dim", "autocast")
+               "xla_steps", "activity_regularizer", "name", "input_shape",
+               "batch_size", "input_dim", "autocast")
 _SHARED_ARGS = ("dtype", "trainable")
 
 
