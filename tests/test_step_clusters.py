@@ -50,6 +50,15 @@ def loss_of(values):
                    for i, v in enumerate(leaves)])
 
 
+def normalized_cell(theta, state, x):
+  """Elman with its pre-activation layer-normalized: enough ops a step for
+  "auto" to compile both steps (plain Elman's forward is too cheap)."""
+  pre = x @ theta["w"] + state["h"] @ theta["u"]
+  mean, variance = tf.nn.moments(pre, axes=[-1], keepdims=True)
+  h = tf.tanh((pre - mean) * tf.math.rsqrt(variance + 1e-3) + theta["b"])
+  return {"h": h}, []
+
+
 def dropout_cell(theta, state, x):
   """Elman with step_seed() dropout on its input."""
   keep = tf.random.stateless_uniform(
@@ -57,14 +66,29 @@ def dropout_cell(theta, state, x):
   return elman_cell(theta, state, tf.where(keep, x / 0.7, 0.0))
 
 
-@pytest.mark.parametrize("xla_steps, want", [
-    ("auto", 2), (True, 2), (False, 0)])
-def test_the_forward_and_gradient_steps_are_clusters(xla_steps, want):
-  assert len(compiled_steps(training_graph(elman_cell, xla_steps))) == want
+@pytest.mark.parametrize("cell, xla_steps, want", [
+    (normalized_cell, "auto", ["_grad_sums", "_step_on_row"]),
+    (elman_cell, "auto", ["_grad_sums"]),  # Its forward: too few ops.
+    (elman_cell, True, ["_grad_sums", "_step_on_row"]),
+    (normalized_cell, False, [])])
+def test_the_forward_and_gradient_steps_are_clusters(cell, xla_steps, want):
+  compiled = compiled_steps(training_graph(cell, xla_steps))
+  assert [k for k in _STEP_FUNCTIONS if any(k in c for c in compiled)] == (
+      sorted(want, reverse=True))
 
 
 def test_no_clusters_inside_an_xla_program():
   assert not compiled_steps(training_graph(elman_cell, True, jit_compile=True))
+
+
+def test_auto_leaves_steps_of_few_ops_plain(caplog, monkeypatch):
+  monkeypatch.setattr(step_clusters, "_reported", set())
+  caplog.set_level(logging.INFO, logger="absl")
+  training_graph(elman_cell, "auto")
+  said = [r.getMessage() for r in caplog.records if "tf_recurrent" in
+          r.getMessage()]
+  assert len(said) == 1 and "forward step" in said[0], said
+  assert "too few ops to pay for an XLA launch" in said[0]
 
 
 @pytest.mark.parametrize("cell, reason", [
@@ -73,19 +97,19 @@ def test_no_clusters_inside_an_xla_program():
         lambda a: a, [x], x.dtype, stateful=False)), "no XLA_CPU_JIT kernel"),
     (lambda theta, state, x: elman_cell(theta, state, tf.cond(
         tf.reduce_all(x > -1e9), lambda: x, lambda: -x)), "control flow"),
-    (elman_cell, None),
+    (normalized_cell, None),
 ])
 def test_auto_runs_plain_where_a_cluster_would_differ(cell, reason, caplog,
                                                       monkeypatch):
   monkeypatch.setattr(step_clusters, "_reported", set())
   caplog.set_level(logging.INFO, logger="absl")
   compiled = compiled_steps(training_graph(cell, "auto"))
-  if reason is None:
-    assert len(compiled) == 2
-    return
-  assert not compiled
   said = [r.getMessage() for r in caplog.records if "tf_recurrent" in
           r.getMessage()]
+  if reason is None:
+    assert len(compiled) == 2 and not said, said
+    return
+  assert not compiled
   assert len(said) == 2 and all(reason in s for s in said), said
 
 
@@ -209,7 +233,7 @@ def test_eager_calls_of_new_lengths_trace_no_new_clusters():
     with tf.GradientTape() as tape:
       tape.watch(theta)
       acc, _ = tf_recurrent.recurrent(
-          theta, state0, elman_args(seq_len)[2], cell)
+          theta, state0, elman_args(seq_len)[2], cell, xla_steps=True)
     tape.gradient(acc["h"], theta)
     if seq_len == 3:
       first = len(traced)
@@ -256,7 +280,8 @@ def test_saved_model_graphs_hold_no_clusters(tmp_path):
 
     @tf.function(input_signature=[tf.TensorSpec([None, 3, 4], tf.float64)])
     def __call__(self, x):
-      return tf_recurrent.recurrent(theta, state0, x, elman_cell)[1]["h"]
+      return tf_recurrent.recurrent(theta, state0, x, elman_cell,
+                                    xla_steps=True)[1]["h"]
 
   module = Module()
   tf.saved_model.save(module, str(tmp_path))
@@ -321,7 +346,7 @@ def test_a_keras_cell_in_the_rnn_layer(policy):
     x = tf.random.stateless_normal([2, 6, 3], seed=[1, 2])
     layer(x)
     results, graphs = {}, {}
-    for xla_steps in ("auto", False):
+    for xla_steps in (True, False):
       layer.xla_steps = xla_steps
 
       @tf.function(autograph=False)
@@ -335,11 +360,11 @@ def test_a_keras_cell_in_the_rnn_layer(policy):
       graphs[xla_steps] = step.get_concrete_function().graph.as_graph_def()
   finally:
     keras.config.set_dtype_policy(previous)
-  assert len(compiled_steps(graphs["auto"])) == 2
+  assert len(compiled_steps(graphs[True])) == 2
   assert not compiled_steps(graphs[False])
   tol = 1e-6 if policy == "float32" else 1e-2
   assert_all_close(tf.nest.map_structure(
-      lambda t: tf.cast(t, tf.float32), results["auto"]),
+      lambda t: tf.cast(t, tf.float32), results[True]),
                    tf.nest.map_structure(
       lambda t: tf.cast(t, tf.float32), results[False]), tol=tol)
   assert tf_recurrent.RNN.from_config(

@@ -128,8 +128,9 @@ def recurrent(theta: Any,
       (one call instead of dozens of small ops). "auto" (the default) does
       where that computes what the plain step computes: not for steps that
       draw random numbers (XLA's generator draws others for the same seed),
-      hold ops without XLA kernels (`tf.py_function`, strings), assertions
-      or TensorLists; such steps run plain, logged once at INFO level.
+      hold ops without XLA kernels (`tf.py_function`, strings), control
+      flow, assertions or TensorLists, or too few ops to pay for a cluster
+      launch; such steps run plain, logged once at INFO level.
       True compiles every step (XLA must support its ops), False none.
       SavedModel exports never hold clusters.
 
