@@ -83,6 +83,9 @@ CONFIGS = {
         _USER_CELL, {"xla_steps": False}, False),
 }
 IMPLS = ("ours", "keras")
+# The user's cell also in JAX (lax.scan, plain and jax.checkpoint), timed
+# beside the XLA rows where JAX is installed (it is no dependency).
+JAX_IMPLS = ("jax", "jax checkpoint")
 
 
 def right_padded_mask(B: int, T: int):
@@ -100,6 +103,10 @@ def build_step(config: str, impl: str, T: int, B: int, D: int, H: int,
   import tf_recurrent  # pylint: disable=g-import-not-at-top
 
   layer_name, options, masked = CONFIGS[config]
+  if impl in JAX_IMPLS:
+    from benchmarks.common import jax_lstm_step  # pylint: disable=g-import-not-at-top
+    return jax_lstm_step(T, B, D, H, checkpoint=impl == "jax checkpoint",
+                         final_only=False, layer_norm=True)
   if layer_name == _USER_CELL:
     from benchmarks import custom_cells  # pylint: disable=g-import-not-at-top
     cell = custom_cells.UserLayerNormLSTMCell(H)
@@ -131,15 +138,27 @@ def build_step(config: str, impl: str, T: int, B: int, D: int, H: int,
   return lambda: [g.numpy() for g in step()]
 
 
+def _jax_peer(config: str) -> bool:
+  """Whether the configuration has a JAX peer here (the user's cell)."""
+  if CONFIGS[config][0] != _USER_CELL or CONFIGS[config][1]:
+    return False
+  try:
+    import jax  # pylint: disable=g-import-not-at-top,unused-import
+  except ImportError:
+    return False
+  return True
+
+
 def time_pair(config: str, jit: bool, T: int) -> Dict[str, float]:
   """Median microseconds per time step of each layer, timed interleaved."""
+  impls = IMPLS + (JAX_IMPLS if jit and _jax_peer(config) else ())
   steps = {impl: build_step(config, impl, T, FLAGS.batch, FLAGS.input,
-                            FLAGS.hidden, jit) for impl in IMPLS}
+                            FLAGS.hidden, jit) for impl in impls}
   for step in steps.values():
     step()  # Trace and compile.
-  seconds = {impl: [] for impl in IMPLS}
+  seconds = {impl: [] for impl in impls}
   for r in range(FLAGS.repeats):
-    for impl in (IMPLS if r % 2 == 0 else IMPLS[::-1]):
+    for impl in (impls if r % 2 == 0 else impls[::-1]):
       start = time.perf_counter()
       steps[impl]()
       seconds[impl].append(time.perf_counter() - start)
@@ -201,7 +220,19 @@ def report(results: Dict) -> str:
                             f"{memory[i]:.2f}" for i in IMPLS))
     lines.append(f"| {row['config']} | {'XLA' if row['xla'] else 'no XLA'} | "
                  + " | ".join(cells) + " |")
+  peers = [_jax_line(row, T) for row in results["rows"] for T in lengths
+           if "jax" in row["us_per_step"][str(T)]]
+  if peers:
+    lines += ["", "The same cell in JAX (`lax.scan`, jitted), timed in the "
+              "XLA rows' rounds; ratio = JAX time / ours:", ""] + peers
   return "\n".join(lines) + "\n"
+
+
+def _jax_line(row: Dict, T: int) -> str:
+  t = row["us_per_step"][str(T)]
+  return (f"- {row['config']}, T={T}: JAX {t['jax']:.1f} us/step "
+          f"({t['jax'] / t['ours']:.2f}x), JAX with `jax.checkpoint` "
+          f"{t['jax checkpoint']:.1f} ({t['jax checkpoint'] / t['ours']:.2f}x)")
 
 
 def main(argv):
@@ -224,7 +255,9 @@ def main(argv):
         row["us_per_step"][str(T)] = times
         print(f"  {config:20s} {'xla' if jit else 'tf ':3s} T={T:5d} "
               f"ours {times['ours']:9.1f} keras {times['keras']:9.1f} us/step "
-              f"({times['keras'] / times['ours']:.2f}x)", flush=True)
+              f"({times['keras'] / times['ours']:.2f}x)"
+              + "".join(f" {impl} {times[impl]:9.1f}" for impl in JAX_IMPLS
+                        if impl in times), flush=True)
       if FLAGS.memory:
         row["memory_vs_state"] = {}
         for impl in IMPLS:

@@ -229,13 +229,17 @@ def interleaved_medians(steps: Dict[str, Callable[[], object]], rounds: int,
 
 
 def jax_lstm_step(T: int, B: int, D: int, H: int, checkpoint: bool,
-                  final_only: bool) -> Callable[[], object]:
+                  final_only: bool,
+                  layer_norm: bool = False) -> Callable[[], object]:
   """One jitted JAX LSTM training step with lax.scan (the peer to beat).
 
   Args:
     T, B, D, H: Steps, batch, input features, units.
     checkpoint: Wrap the cell in `jax.checkpoint` (recompute on backward).
     final_only: The loss reads only the final h, else every step's h.
+    layer_norm: The cell of `benchmarks.custom_cells.UserLayerNormLSTMCell`:
+      the input and the recurrent gate pre-activations, and c, each
+      layer-normalized (epsilon 1e-3, a scale and an offset each).
   """
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
@@ -245,13 +249,27 @@ def jax_lstm_step(T: int, B: int, D: int, H: int, checkpoint: bool,
             jax.random.normal(k2, (H, 4 * H)) * 0.05, jnp.zeros(4 * H))
   x = jax.random.normal(k3, (T, B, D))
 
+  if layer_norm:  # A scale and an offset for each of the three norms.
+    params += tuple(jnp.ones(n) if k % 2 == 0 else jnp.zeros(n)
+                    for n in (4 * H, 4 * H, H) for k in range(2))
+
+  def norm(x, scale, offset):
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    variance = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(variance + 1e-3) * scale + offset
+
   def cell(params, carry, x_t):
-    kernel, recurrent_kernel, bias = params
+    kernel, recurrent_kernel, bias = params[:3]
     h, c = carry
-    z = x_t @ kernel + h @ recurrent_kernel + bias
+    if layer_norm:
+      z = (norm(x_t @ kernel, *params[3:5]) +
+           norm(h @ recurrent_kernel, *params[5:7]) + bias)
+    else:
+      z = x_t @ kernel + h @ recurrent_kernel + bias
     i, f, g, o = jnp.split(z, 4, axis=-1)
     c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-    h = jax.nn.sigmoid(o) * jnp.tanh(c)
+    h = jax.nn.sigmoid(o) * jnp.tanh(norm(c, *params[7:9]) if layer_norm
+                                      else c)
     return (h, c), (None if final_only else h)
 
   if checkpoint:

@@ -5,6 +5,7 @@ import functools
 import os
 import subprocess
 import sys
+import textwrap
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -138,6 +139,22 @@ def assert_numerical_gradients(loss, sources, tol=1e-6):
                                                     delta=1e-6)
   for a, n in zip(theoretical, numerical):
     np.testing.assert_allclose(a, n, rtol=tol, atol=tol)
+
+
+def run_fresh(script, root):
+  """Runs `script` in a new Python that must not import tf_recurrent
+  (`sys.argv[1]` is `root`); returns its standard output."""
+  code = textwrap.dedent(script) + textwrap.dedent("""
+      import sys
+      assert "tf_recurrent" not in sys.modules, "tf_recurrent was imported"
+      print("FRESH_OK")
+  """)
+  proc = subprocess.run([sys.executable, "-c", code, str(root)],
+                        capture_output=True, text=True, timeout=300,
+                        cwd="/", check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "FRESH_OK" in proc.stdout
+  return proc.stdout
 
 
 GRAPH_MODES = MODES + ("tf1",)

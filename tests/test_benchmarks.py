@@ -1,10 +1,13 @@
 """The benchmark script runs end to end at tiny sizes (no timing asserted)."""
 
+import importlib.util
 import json
 import os
 import pathlib
 import subprocess
 import sys
+
+import pytest
 
 ROOT = pathlib.Path(__file__).parent.parent
 
@@ -134,22 +137,30 @@ def test_dynamic_rnn_benchmark_smoke(tmp_path):
   assert f"| {ours} | XLA | " in (tmp_path / "DYNAMIC_RNN.md").read_text()
 
 
-def test_configs_benchmark_smoke(tmp_path):
+@pytest.mark.parametrize("config", ["GRU masked", "user LayerNorm LSTM cell"])
+def test_configs_benchmark_smoke(tmp_path, config):
   proc = subprocess.run(
       [sys.executable, "-m", "benchmarks.bench_configs", "--lengths=6",
        "--batch=2", "--input=3", "--hidden=4", "--memory_hidden=4",
-       "--memory_lengths=6,12", "--repeats=1", "--only=GRU masked",
+       "--memory_lengths=6,12", "--repeats=1", f"--only={config}",
        "--modes=xla",
        f"--out_dir={tmp_path}"],
       capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   results = json.loads((tmp_path / "configs.json").read_text())
-  assert [(r["config"], r["xla"]) for r in results["rows"]] == [
-      ("GRU masked", True)]
+  assert [(r["config"], r["xla"]) for r in results["rows"]] == [(config, True)]
   for row in results["rows"]:
-    assert all(v > 0 for v in row["us_per_step"]["6"].values())
+    times = row["us_per_step"]["6"]
+    assert all(v > 0 for v in times.values())
     assert None not in row["memory_vs_state"].values()
-  assert "| GRU masked | XLA | " in (tmp_path / "CONFIGS.md").read_text()
+  # The user's cell has JAX peers where JAX is installed (a bench extra).
+  has_jax = importlib.util.find_spec("jax") is not None
+  want = {"ours", "keras"} | ({"jax", "jax checkpoint"} if has_jax and
+                              config.startswith("user") else set())
+  assert set(times) == want
+  report = (tmp_path / "CONFIGS.md").read_text()
+  assert f"| {config} | XLA | " in report
+  assert ("JAX with `jax.checkpoint`" in report) == (len(want) == 4)
 
 
 def test_shapes_benchmark_smoke(tmp_path):

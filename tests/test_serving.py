@@ -5,7 +5,6 @@ import json
 import pathlib
 import subprocess
 import sys
-import textwrap
 
 import keras
 import numpy as np
@@ -13,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 import tf_recurrent
+from conftest import run_fresh
 
 D, H = 3, 4
 SHAPES = [(1, 1), (2, 5), (3, 9)]  # (batch, time) pairs served.
@@ -76,21 +76,6 @@ def exported(tmp_path_factory):
     }
   (root / "expected.json").write_text(json.dumps(expected))
   return root
-
-
-def run_fresh(script, root):
-  """Runs `script` in a new Python that must not import tf_recurrent."""
-  code = textwrap.dedent(script) + textwrap.dedent("""
-      import sys
-      assert "tf_recurrent" not in sys.modules, "tf_recurrent was imported"
-      print("FRESH_OK")
-  """)
-  proc = subprocess.run([sys.executable, "-c", code, str(root)],
-                        capture_output=True, text=True, timeout=300,
-                        cwd="/", check=False)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  assert "FRESH_OK" in proc.stdout
-  return proc.stdout
 
 
 def test_fresh_process_serves_and_fine_tunes(exported):

@@ -11,8 +11,8 @@ import tensorflow as tf
 import tf_recurrent
 from tf_recurrent import step_clusters
 from conftest import (GRAPH_MODES, assert_all_close, assert_numerical_gradients,
-                      elman_args, elman_cell, elman_grad, static_unroll,
-                      values_and_grads)
+                      elman_args, elman_cell, elman_grad, run_fresh,
+                      static_unroll, values_and_grads)
 
 # The traced functions of the two step kinds (loops.py's names).
 _STEP_FUNCTIONS = ("_step_on_row", "_grad_sums")
@@ -283,15 +283,31 @@ def test_saved_model_graphs_hold_no_clusters(tmp_path):
       return tf_recurrent.recurrent(theta, state0, x, elman_cell,
                                     xla_steps=True)[1]["h"]
 
-  module = Module()
-  tf.saved_model.save(module, str(tmp_path))
-  saved = tf.saved_model.load(str(tmp_path))
   x = elman_args(5)[2]
+  module = Module()
+  tf.saved_model.save(module, str(tmp_path / "plain"))
+  saved = tf.saved_model.load(str(tmp_path / "plain"))
   np.testing.assert_allclose(saved(x), module(x), rtol=1e-10)
-  assert b"_XlaMustCompile" not in (tmp_path / "saved_model.pb").read_bytes()
-  # Traced outside tf.saved_model.save, the same function has its cluster.
+  pb = (tmp_path / "plain" / "saved_model.pb").read_bytes()
+  assert b"_XlaMustCompile" not in pb
+  # Traced before tf.saved_model.save, a function keeps its clusters, and
+  # serves in a fresh process without tf_recurrent.
+  traced = Module()
+  want = traced(x).numpy()
   assert compiled_steps(
-      Module().__call__.get_concrete_function().graph.as_graph_def())
+      traced.__call__.get_concrete_function().graph.as_graph_def())
+  tf.saved_model.save(traced, str(tmp_path / "clustered"))
+  np.save(tmp_path / "x.npy", x.numpy())
+  np.save(tmp_path / "want.npy", want)
+  run_fresh("""
+      import pathlib, sys
+      import numpy as np
+      import tensorflow as tf
+      root = pathlib.Path(sys.argv[1])
+      served = tf.saved_model.load(str(root / "clustered"))
+      np.testing.assert_allclose(served(np.load(root / "x.npy")),
+                                 np.load(root / "want.npy"), rtol=1e-10)
+  """, tmp_path)
 
 
 def test_xla_steps_must_be_auto_or_a_bool():
