@@ -97,8 +97,15 @@ def test_auto_leaves_steps_of_few_ops_plain(caplog, monkeypatch):
         lambda a: a, [x], x.dtype, stateful=False)), "no XLA_CPU_JIT kernel"),
     (lambda theta, state, x: elman_cell(theta, state, tf.cond(
         tf.reduce_all(x > -1e9), lambda: x, lambda: -x)), "control flow"),
+    # XLA has Cumsum, but not of complex numbers.
+    (lambda theta, state, x: elman_cell(theta, state, tf.math.real(
+        tf.cumsum(tf.complex(x, x), axis=1))), "kernel for its dtypes"),
+    # A row's count of positive entries, through a value-shaped tensor.
+    (lambda theta, state, x: elman_cell(theta, state, x * tf.cast(
+        tf.size(tf.boolean_mask(x, x > 0)), x.dtype)), "depends on its values"),
     (normalized_cell, None),
-])
+], ids=["random", "numpy_function", "cond", "complex_cumsum", "boolean_mask",
+        "compilable"])
 def test_auto_runs_plain_where_a_cluster_would_differ(cell, reason, caplog,
                                                       monkeypatch):
   monkeypatch.setattr(step_clusters, "_reported", set())

@@ -14,7 +14,9 @@ computes. With `xla_steps="auto"` (the op's default) the step's traced graph
 is checked once per trace, and the step runs plain, with one log line naming
 the reason, when it holds:
 
-* an op without an XLA kernel for this device (`tf.py_function`, strings);
+* an op without an XLA kernel for this device and its dtypes
+  (`tf.py_function`, strings, a complex `tf.cumsum`), or whose output shape
+  depends on its values (`tf.unique`, `tf.boolean_mask`);
 * a random draw: XLA's generator gives other numbers than TensorFlow's
   kernels for the same seed, so a step with `step_seed()` dropout would not
   draw the masks it draws unclustered;
@@ -49,6 +51,9 @@ XlaSteps = Union[str, bool]
 # dropped, prints are not printed.
 _CHANGED_BY_XLA = frozenset({"Assert", "Print", "PrintV2", "CheckNumerics",
                              "CheckNumericsV2"})
+# Ops XLA compiles only with a bound on their output's size.
+_DYNAMIC_SHAPES = frozenset({"Where", "Unique", "UniqueV2", "UniqueWithCounts",
+                             "UniqueWithCountsV2", "ListDiff"})
 # Control flow: differentiated under a second (persistent) tape, a compiled
 # cond returns intermediates of other shapes than the traced ones.
 _CONTROL_FLOW = frozenset({"If", "StatelessIf", "While", "StatelessWhile",
@@ -181,8 +186,11 @@ def _blockers(graph: tf.Graph) -> List[str]:
           "second tape has intermediates of other shapes than traced)")
     elif node.op in _CHANGED_BY_XLA:
       add(f"holds {node.op} (XLA drops it)")
-    elif not _has_kernel(node.op, device_type):
-      add(f"holds {node.op}, which has no {device_type} kernel")
+    elif node.op in _DYNAMIC_SHAPES:
+      add(f"holds {node.op}, whose output shape depends on its values")
+    elif not _has_kernel(node, device_type):
+      add(f"holds {node.op}, which has no {device_type} kernel for its "
+          "dtypes")
   return reasons
 
 
@@ -196,10 +204,18 @@ def _xla_device_type() -> str:
       "XLA_CPU_JIT")
 
 
-def _has_kernel(op_type: str, device_type: str) -> bool:
+def _has_kernel(node, device_type: str) -> bool:
+  """Whether XLA has a kernel for the op of `node` (a NodeDef) and the
+  dtypes its attributes give."""
   _register_xla_kernels()
-  return any(k.device_type == device_type for k in
-             kernels.get_registered_kernels_for_op(op_type).kernel)
+
+  def accepts(constraint):
+    attr = node.attr[constraint.name]
+    allowed = set(constraint.allowed_values.list.type)
+    return all(t in allowed for t in [attr.type, *attr.list.type] if t)
+
+  return any(k.device_type == device_type and all(map(accepts, k.constraint))
+             for k in kernels.get_registered_kernels_for_op(node.op).kernel)
 
 
 def _register_xla_kernels():
