@@ -393,3 +393,30 @@ def test_a_keras_cell_in_the_rnn_layer(policy):
   assert tf_recurrent.RNN.from_config(
       tf_recurrent.RNN(_HalfDecayCell(), xla_steps=False).get_config()
   ).xla_steps is False
+
+
+@pytest.mark.parametrize("mode", ["function", "tf1"])
+def test_lingvo_recurrent_gets_the_clusters(mode):
+  """Lingvo's entry runs on the op: its steps are clusters too, and its
+  results are the unroll's."""
+  graphs = []
+
+  def build(watch):
+    theta, state0, inputs = elman_args(5)
+    watch([theta, state0, inputs])
+    acc, final = tf_recurrent.lingvo.Recurrent(theta, state0, inputs,
+                                               normalized_cell)
+    graphs.append(tf.compat.v1.get_default_graph())
+    values = [acc["h"], final["h"]]
+    return values, loss_of(values), tf.nest.flatten([theta, state0, inputs])
+
+  def unroll(watch):
+    theta, state0, inputs = elman_args(5)
+    watch([theta, state0, inputs])
+    acc, final = static_unroll(theta, state0, inputs, normalized_cell)
+    values = [acc["h"], final["h"]]
+    return values, loss_of(values), tf.nest.flatten([theta, state0, inputs])
+
+  assert_all_close(values_and_grads(mode, build),
+                   values_and_grads("eager", unroll), tol=1e-10)
+  assert len(compiled_steps(graphs[0].as_graph_def())) == 2
