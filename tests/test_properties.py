@@ -1,6 +1,6 @@
 """Property test: random nested structures, lengths, per-example lengths,
-checkpoint segments and cells, against the static unroll, values and
-gradients in float64."""
+checkpoint segments, cells and per-step XLA clusters, against the static
+unroll, values and gradients in float64."""
 
 import collections
 
@@ -52,11 +52,12 @@ def structures(draw, leaf_count):
     cell_grad=st.sampled_from([None, "by_hand", "tape", "gradients",
                                "gradients_in_function"]),
     mode=st.sampled_from(GRAPH_MODES),
+    xla_steps=st.sampled_from(["auto", True, False]),
     seed=st.integers(0, 2**16))
 def test_matches_static_unroll(state_struct, input_struct, seq_len, length_cut,
                                use_length, example_lengths, checkpoint_every,
                                accumulate_state, nonlinearity, cell_grad, mode,
-                               seed):
+                               xla_steps, seed):
   rng = np.random.default_rng(seed)
   dim = 3
   num_state = len(tf.nest.flatten(state_struct))
@@ -132,7 +133,7 @@ def test_matches_static_unroll(state_struct, input_struct, seq_len, length_cut,
     acc, final = tf_recurrent.recurrent(
         *args, cell, grad_fn, max_input_length=num_steps,
         sequence_length=example_lengths, checkpoint_every=checkpoint_every,
-        accumulate_state=accumulate_state)
+        accumulate_state=accumulate_state, xla_steps=xla_steps)
     if accumulate_state is not False:
       tf.nest.assert_same_structure(acc, state0)
     values = [v for v in tf.nest.flatten((acc, final)) if v is not None]
