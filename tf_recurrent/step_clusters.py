@@ -35,9 +35,7 @@ program already and nothing changes. Graphs traced for a SavedModel get no
 clusters: a server may run without XLA.
 """
 
-import contextlib
 import functools
-import threading
 from typing import Any, Callable, List, Union
 
 from absl import logging
@@ -78,7 +76,6 @@ _OPS_PER_LAUNCH_COST = 10
 # Ops that cost the executor (next to) nothing.
 _FREE = frozenset({"Placeholder", "Const", "Identity", "NoOp"})
 
-_local = threading.local()
 _reported = set()
 
 
@@ -88,17 +85,6 @@ def check_setting(xla_steps: Any) -> XlaSteps:
     return xla_steps
   raise ValueError(
       f'xla_steps must be "auto", True or False; got {xla_steps!r}.')
-
-
-@contextlib.contextmanager
-def plain_steps():
-  """Builds every loop of the block with plain (unclustered) steps."""
-  depth = getattr(_local, "plain", 0)
-  _local.plain = depth + 1
-  try:
-    yield
-  finally:
-    _local.plain = depth
 
 
 def wrap(step_fn: Callable[..., Any], setting: XlaSteps, use_xla: bool,
@@ -116,8 +102,7 @@ def wrap(step_fn: Callable[..., Any], setting: XlaSteps, use_xla: bool,
     A function with `step_fn`'s signature. Its first call traces the cluster
     (and decides); call it once per loop body.
   """
-  if (use_xla or setting is False or getattr(_local, "plain", 0) or
-      save_context.in_save_context()):
+  if use_xla or setting is False or save_context.in_save_context():
     return step_fn
 
   @functools.wraps(step_fn)
