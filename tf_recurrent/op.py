@@ -132,7 +132,8 @@ def recurrent(theta: Any,
       flow, assertions or TensorLists, or too few ops to pay for a cluster
       launch; such steps run plain, logged once at INFO level.
       True compiles every step (XLA must support its ops), False none.
-      SavedModel exports never hold clusters.
+      Functions traced by `tf.saved_model.save` hold no clusters (one
+      traced before saving keeps its own).
 
   Returns:
     `(acc_state, final_state)`: `acc_state` has the structure of `state0` with
@@ -148,7 +149,8 @@ def recurrent(theta: Any,
       `cell_grad` return structures, dtypes or shapes unlike their arguments
       (naming the leaf), if `stop_fn` returns anything but a scalar bool, if
       `max_input_length` or `sequence_length` is out of range or of the
-      wrong shape, if `xla_steps` is not "auto", True or False, if `checkpoint_every` is not an int >= 1 or "sqrt", if
+      wrong shape, if `xla_steps` is not "auto", True or False, if
+      `checkpoint_every` is not an int >= 1 or "sqrt", if
       `accumulate_state` is neither a bool nor a structure of bools like
       `state0` (naming the leaf), or if the default gradient cannot
       reproduce `cell_fn` (stateful randomness).
