@@ -1,23 +1,30 @@
-r"""ConvLSTM2D training step: tf_recurrent.ConvLSTM2D against Keras's.
+r"""ConvLSTM training step: tf_recurrent.ConvLSTM{1,2,3}D against Keras's.
 
-A ConvLSTM's per-frame activations (four gate maps) are the largest of any
-Keras recurrent layer, so a backward pass that keeps only the state per
-frame matters most here. One training step (forward over T frames, a loss
-over every frame's output, the gradients of all weights) of
-`tf_recurrent.ConvLSTM2D` and `keras.layers.ConvLSTM2D` with the same
-arguments, with and without XLA:
+One training step (forward over T frames, a loss over every frame's output,
+the gradients of all weights) of `tf_recurrent.ConvLSTM<r>D` and
+`keras.layers.ConvLSTM<r>D` with the same arguments (padding "same", kernel
+3, return_sequences), without XLA (Keras 3's default `compile()` for these
+models) and with it:
 
-* time: best of several repetitions after a warm-up, per frame;
+* time: per (rank, mode, T) both layers are warmed up, then timed
+  interleaved (ours, Keras, Keras, ours, ...) for --repeats rounds; the
+  median per layer in microseconds per frame, and the ratio Keras / ours
+  (above 1: ours is faster), both from the same run;
 * memory: the peak RSS of one step at two lengths, each in its own
-  subprocess; the slope between them is what each extra frame costs, also
-  as a multiple of the state's own bytes per frame (h and c:
-  2 * B * side * side * filters * 4).
+  process; the slope between them is what each extra frame costs, also as
+  a multiple of the state's own bytes per frame (h and c).
+
+Issue #30's targets, printed beside each row: without XLA ours >= 1.5x
+Keras's speed, with XLA >= 1.2x; memory slope <= 3x the state per frame.
+
+Frames per rank (B, spatial, channels -> filters): 1D B=8, 256 x 16 -> 32;
+2D B=4, 32x32x8 -> 16; 3D B=2, 12x12x12x4 -> 8.
 
 Usage:
 
-    python -m benchmarks.bench_convlstm                   # full run (~10 min)
-    python -m benchmarks.bench_convlstm --lengths=4,8 --memory_lengths=4,8 \
-        --side=8 --filters=2 --channels=2 --batch=1 --out_dir=/tmp/b
+    python -m benchmarks.bench_convlstm                      # full run
+    python -m benchmarks.bench_convlstm --ranks=2 --lengths=4 \
+        --memory_lengths=4,8 --scale=8 --out_dir=/tmp/b      # a smoke run
 
 Writes CONVLSTM.md and convlstm.json into --out_dir.
 """
@@ -29,38 +36,53 @@ from typing import Callable, Dict, List
 from absl import app
 from absl import flags
 
-from benchmarks.common import best_seconds
 from benchmarks.common import environment
+from benchmarks.common import interleaved_medians
 from benchmarks.common import peak_rss_slope
 from benchmarks.common import run_child
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("lengths", ["32", "64", "128", "256"], "Frames T (time).")
-flags.DEFINE_list("memory_lengths", ["64", "256"],
-                  "Two lengths for the memory slope.")
-flags.DEFINE_integer("batch", 4, "Batch size B.")
-flags.DEFINE_integer("side", 32, "Frame height and width.")
-flags.DEFINE_integer("channels", 8, "Input channels per frame.")
-flags.DEFINE_integer("filters", 16, "ConvLSTM filters.")
-flags.DEFINE_integer("repeats", 3, "Timed repetitions (best is kept).")
+flags.DEFINE_list("ranks", ["1", "2", "3"], "Spatial ranks to run.")
+flags.DEFINE_list("lengths", ["32", "128"], "Frames T (time) timed.")
+flags.DEFINE_list("modes", ["tf", "xla"], "tf (no XLA) and/or xla.")
+flags.DEFINE_list("memory_lengths", ["50", "250"],
+                  "Two lengths for the memory slope (empty: no memory).")
+flags.DEFINE_integer("repeats", 7, "Timed rounds per layer (median kept).")
+flags.DEFINE_integer("scale", 1, "Divide every frame side by this (smoke).")
 flags.DEFINE_string("out_dir", os.path.dirname(os.path.abspath(__file__)),
                     "Where to write the results.")
 flags.DEFINE_string("child", "", "Internal: measure one case and exit.")
 
-OURS = "tf_recurrent.ConvLSTM2D"
-KERAS = "keras.layers.ConvLSTM2D"
+# rank: (batch, frame side, channels, filters).
+SHAPES = {1: (8, 256, 16, 32), 2: (4, 32, 8, 16), 3: (2, 12, 4, 8)}
+TARGETS = {"tf": 1.5, "xla": 1.2}
+MEMORY_TARGET = 3.0
+
+
+def shape_of(rank: int):
+  batch, side, channels, filters = SHAPES[rank]
+  return batch, max(side // FLAGS.scale, 3), channels, filters
+
+
+def state_bytes(rank: int) -> int:
+  """h and c of one frame, float32."""
+  batch, side, _, filters = shape_of(rank)
+  return 2 * batch * side ** rank * filters * 4
 
 
 def build_step(name: str, frames: int, jit: bool) -> Callable[[], object]:
-  """One training step of `name` over `frames` frames, as a callable."""
+  """One training step of `name` ("ours:<rank>" or "keras:<rank>")."""
   import keras  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_recurrent  # pylint: disable=g-import-not-at-top
 
-  layer_cls = tf_recurrent.ConvLSTM2D if name == OURS else (
-      keras.layers.ConvLSTM2D)
-  layer = layer_cls(FLAGS.filters, 3, padding="same", return_sequences=True)
-  shape = (FLAGS.batch, frames, FLAGS.side, FLAGS.side, FLAGS.channels)
+  impl, rank = name.split(":")
+  rank = int(rank)
+  batch, side, channels, filters = shape_of(rank)
+  module = tf_recurrent if impl == "ours" else keras.layers
+  layer = getattr(module, f"ConvLSTM{rank}D")(
+      filters, 3, padding="same", return_sequences=True)
+  shape = (batch, frames) + (side,) * rank + (channels,)
   layer.build(shape)
   x = tf.random.stateless_normal(shape, seed=[1, 2])
 
@@ -74,59 +96,56 @@ def build_step(name: str, frames: int, jit: bool) -> Callable[[], object]:
 
 
 def memory_slope(name: str, jit: bool) -> Dict[str, object]:
+  rank = int(name.split(":")[1])
   return peak_rss_slope(
       "benchmarks.bench_convlstm", name, jit,
-      [int(t) for t in FLAGS.memory_lengths],
-      [f"--batch={FLAGS.batch}", f"--side={FLAGS.side}",
-       f"--channels={FLAGS.channels}", f"--filters={FLAGS.filters}"],
-      2 * FLAGS.batch * FLAGS.side * FLAGS.side * FLAGS.filters * 4,
-      per="frame")
+      [int(t) for t in FLAGS.memory_lengths], [f"--scale={FLAGS.scale}"],
+      state_bytes(rank), per="frame")
+
+
+def _met(ratio, target) -> str:
+  return "failed" if ratio is None else ("met" if ratio >= target
+                                         else "missed")
 
 
 def report(results: dict) -> List[str]:
-  env, lengths = results["environment"], results["lengths"]
-  rows = results["rows"]
-
-  def row(name, xla):
-    return next(r for r in rows if r["name"] == name and r["xla"] == xla)
-
-  def fmt(value, pattern="{:.0f}"):
-    return "failed" if value is None else pattern.format(value)
-
+  env = results["environment"]
   lines = [
-      "# ConvLSTM2D training step: tf_recurrent vs Keras", "",
+      "# ConvLSTM training step: tf_recurrent vs Keras", "",
       f"One run of `python -m benchmarks.bench_convlstm` on {env['cpu']}, "
-      f"TensorFlow {env['tensorflow']}. B={FLAGS.batch}, frames "
-      f"{FLAGS.side}x{FLAGS.side}x{FLAGS.channels}, {FLAGS.filters} filters, "
-      "3x3 kernel, padding same, float32; a training step (forward, loss "
-      "over every frame's output, gradients of all weights). Time: best of "
-      f"{FLAGS.repeats} after a warm-up, microseconds per frame.", "",
-      "| implementation | mode | " + " | ".join(f"T={t}" for t in lengths) +
-      " | bytes per extra frame | x state bytes |",
-      "|---|---|" + "---|" * (len(lengths) + 2)]
-  for r in rows:
+      f"TensorFlow {env['tensorflow']}, Keras {env.get('keras', '?')}. "
+      "Padding same, 3-wide kernels, return_sequences, float32; a training "
+      "step (forward, loss over every frame's output, gradients of all "
+      f"weights). Time: medians of {FLAGS.repeats} interleaved rounds, "
+      "microseconds per frame; ratio Keras / ours (above 1: ours is "
+      "faster). Targets (issue #30): >= 1.5x without XLA, >= 1.2x with XLA; "
+      "memory <= 3x the state (h and c) per frame.", "",
+      "| layer | B, frame -> filters | mode | T | Keras us/frame | "
+      "ours us/frame | Keras/ours | target |",
+      "|---|---|---|---|---|---|---|---|"]
+  for row in results["time"]:
+    batch, side, channels, filters = row["shape"]
+    frame = "x".join([str(side)] * row["rank"])
     lines.append(
-        f"| {r['name']} | {'XLA' if r['xla'] else 'TF'} | " +
-        " | ".join(fmt(r["us_per_frame"][str(t)]) for t in lengths) +
-        f" | {fmt(r['memory']['bytes_per_frame'])} | "
-        f"{fmt(r['memory']['vs_state'], '{:.2f}x')} |")
-  lines += [
-      "", "Per frame, Keras's loop keeps every intermediate of the cell for "
-      "its gradient (the gate maps and the convolutions feeding them); "
-      "tf_recurrent keeps the state (h, c) and the output and recomputes "
-      "each frame's cell in the backward pass: one more forward per frame, "
-      "which is the extra time. The slopes also hold the frame's input and "
-      "its gradient.", "", "## Ratios (tf_recurrent / Keras, same mode)",
-      ""]
-  for xla in (False, True):
-    ours, keras_row = row(OURS, xla), row(KERAS, xla)
-    times = [f"T={t}: {ours['us_per_frame'][str(t)] / keras_row['us_per_frame'][str(t)]:.2f}x"
-             for t in lengths]
-    a, b = ours["memory"]["vs_state"], keras_row["memory"]["vs_state"]
-    memory = ("failed" if a is None or b is None else
-              f"{a:.2f}x vs {b:.2f}x the state per frame ({a / b:.2f}x Keras's)")
-    lines.append(f"- {'XLA' if xla else 'TF executor'}: time {', '.join(times)}; "
-                 f"memory {memory}.")
+        f"| ConvLSTM{row['rank']}D | {batch}, {frame}x{channels} -> "
+        f"{filters} | {'XLA' if row['mode'] == 'xla' else 'no XLA'} | "
+        f"{row['frames']} | {row['keras']:.0f} | {row['ours']:.0f} | "
+        f"{row['ratio']:.2f}x | {_met(row['ratio'], TARGETS[row['mode']])} |")
+  if results["memory"]:
+    lines += ["", "Memory: peak RSS slope per extra frame, as a multiple of "
+              "the state's bytes per frame (each point a fresh process; the "
+              "slope also holds the frame's input and, for Keras, every "
+              "intermediate of its cell).", "",
+              "| layer | mode | Keras x state | ours x state | target "
+              "ours <= 3x |", "|---|---|---|---|---|"]
+    for row in results["memory"]:
+      ours, theirs = row["ours"]["vs_state"], row["keras"]["vs_state"]
+      fmt = lambda v: "failed" if v is None else f"{v:.2f}x"
+      met = ("failed" if ours is None else
+             "met" if ours <= MEMORY_TARGET else "missed")
+      lines.append(f"| ConvLSTM{row['rank']}D | "
+                   f"{'XLA' if row['mode'] == 'xla' else 'no XLA'} | "
+                   f"{fmt(theirs)} | {fmt(ours)} | {met} |")
   return lines
 
 
@@ -135,21 +154,29 @@ def main(argv):
   if FLAGS.child:
     run_child(build_step, FLAGS.child)
     return
-  lengths = [int(t) for t in FLAGS.lengths]
-  results = {"environment": environment(), "lengths": lengths, "rows": []}
-  for name in (OURS, KERAS):
-    for jit in (False, True):
-      times = {}
-      for frames in lengths:
-        seconds = best_seconds(build_step(name, frames, jit), FLAGS.repeats)
-        times[str(frames)] = seconds / frames * 1e6
-        print(f"  {name:26s} {'xla' if jit else 'tf ':3s} T={frames:4d} "
-              f"{times[str(frames)]:10.1f} us/frame", flush=True)
-      memory = memory_slope(name, jit)
-      print(f"  {name:26s} {'xla' if jit else 'tf ':3s} memory "
-            f"{memory['vs_state']} x state", flush=True)
-      results["rows"].append({"name": name, "xla": jit, "us_per_frame": times,
-                              "memory": memory})
+  results = {"environment": environment(), "time": [], "memory": []}
+  for rank in (int(r) for r in FLAGS.ranks):
+    for mode in FLAGS.modes:
+      jit = mode == "xla"
+      for frames in (int(t) for t in FLAGS.lengths):
+        steps = {impl: build_step(f"{impl}:{rank}", frames, jit)
+                 for impl in ("ours", "keras")}
+        seconds = interleaved_medians(steps, FLAGS.repeats)
+        row = {"rank": rank, "shape": shape_of(rank), "mode": mode,
+               "frames": frames,
+               **{k: s / frames * 1e6 for k, s in seconds.items()}}
+        row["ratio"] = row["keras"] / row["ours"]
+        results["time"].append(row)
+        print(f"  ConvLSTM{rank}D {mode:3s} T={frames:4d} keras "
+              f"{row['keras']:9.0f} ours {row['ours']:9.0f} us/frame "
+              f"{row['ratio']:.2f}x", flush=True)
+      if len(FLAGS.memory_lengths) == 2:
+        memory = {impl: memory_slope(f"{impl}:{rank}", jit)
+                  for impl in ("ours", "keras")}
+        results["memory"].append({"rank": rank, "mode": mode, **memory})
+        print(f"  ConvLSTM{rank}D {mode:3s} memory keras "
+              f"{memory['keras']['vs_state']} ours "
+              f"{memory['ours']['vs_state']} x state", flush=True)
   os.makedirs(FLAGS.out_dir, exist_ok=True)
   with open(os.path.join(FLAGS.out_dir, "convlstm.json"), "w") as f:
     json.dump(results, f, indent=1)

@@ -185,6 +185,20 @@ def values_and_grads(mode, build, feed=None):
                          rest[0] if rest else feed)
 
 
+def loop_values_and_grads(mode, make_inputs, fn, loss_of):
+  """`values_and_grads` of one recurrent loop: `make_inputs() -> (sources,
+  extras)` (built in the TF1 graph when there is one), `fn(*sources,
+  *extras) -> (outputs, final state)`, `loss_of(outputs, final)`; the
+  gradients are those of the flattened sources."""
+  def build(watch):
+    sources, extras = make_inputs()
+    watch(list(sources))
+    outputs, final = fn(*sources, *extras)
+    return ([outputs, final], loss_of(outputs, final),
+            tf.nest.flatten(list(sources)))
+  return values_and_grads(mode, build)
+
+
 def recomputing_cell_grad(cell_fn, how):
   """A custom `cell_grad` that recomputes its step and differentiates it.
 

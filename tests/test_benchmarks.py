@@ -87,21 +87,21 @@ def test_op_profile_smoke():
 
 def test_convlstm_benchmark_smoke(tmp_path):
   proc = subprocess.run(
-      [sys.executable, "-m", "benchmarks.bench_convlstm", "--lengths=3,6",
-       "--memory_lengths=3,6", "--batch=1", "--side=6", "--channels=2",
-       "--filters=2", "--repeats=1", f"--out_dir={tmp_path}"],
+      [sys.executable, "-m", "benchmarks.bench_convlstm", "--ranks=3",
+       "--lengths=3", "--memory_lengths=3,6", "--scale=8", "--repeats=1",
+       f"--out_dir={tmp_path}"],
       capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   results = json.loads((tmp_path / "convlstm.json").read_text())
-  assert {(r["name"], r["xla"]) for r in results["rows"]} == {
-      (n, x) for n in ("tf_recurrent.ConvLSTM2D", "keras.layers.ConvLSTM2D")
-      for x in (False, True)}
-  for row in results["rows"]:
-    assert all(v > 0 for v in row["us_per_frame"].values())
-    assert None not in row["memory"]["peaks"]
+  assert {(r["rank"], r["mode"]) for r in results["time"]} == {
+      (3, mode) for mode in ("tf", "xla")}
+  for row in results["time"]:
+    assert row["keras"] > 0 and row["ours"] > 0
+  for row in results["memory"]:
+    assert None not in row["ours"]["peaks"] + row["keras"]["peaks"]
   report = (tmp_path / "CONVLSTM.md").read_text()
-  assert "| tf_recurrent.ConvLSTM2D | XLA |" in report
-  assert "- TF executor: time T=3:" in report
+  assert "| ConvLSTM3D | 2, 3x3x3x4 -> 8 | XLA | 3 |" in report
+  assert "| ConvLSTM3D | no XLA |" in report
 
 
 def test_tflite_benchmark_smoke(tmp_path, tflite_converter):

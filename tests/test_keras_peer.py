@@ -1,8 +1,9 @@
 """Keras's own tests of its recurrent layers, run on tf_recurrent's layers.
 
 The cases of keras/src/layers/rnn/{bidirectional,lstm,gru,simple_rnn,
-conv_lstm2d,conv_lstm,rnn}_test.py (Keras 3.15), with `keras.layers.RNN`,
-`LSTM`, `GRU`, `SimpleRNN` and `ConvLSTM2D` replaced by tf_recurrent's:
+conv_lstm1d,conv_lstm2d,conv_lstm3d,conv_lstm,rnn}_test.py (Keras 3.15),
+with `keras.layers.RNN`, `LSTM`, `GRU`, `SimpleRNN` and `ConvLSTM1D/2D/3D`
+replaced by tf_recurrent's:
 their inputs, expected outputs and tolerances as Keras has them, as tables.
 Keras's `run_layer_test` (shapes, weights and losses counts, masking,
 serialization, a training step, mixed precision) runs as Keras runs it.
@@ -121,6 +122,15 @@ def video_shape(batch, frames, side, channels):
           else (batch, frames, channels, side, side))
 
 
+def frames_shape(batch, *rest, rank):
+  """`(batch, [frames,] side, ..., channels)` for frames of `rank` spatial
+  axes (`rest`: optional frames, then side and channels), or channels first."""
+  *frames, side, channels = rest
+  spatial = (side,) * rank
+  return ((batch, *frames, *spatial, channels) if CHANNELS_LAST
+          else (batch, *frames, channels, *spatial))
+
+
 def basics(**arguments):
   """The arguments the test_basics of lstm/gru/simple_rnn_test share."""
   return dict(input_shape=(3, 2, 4), expected_num_trainable_weights=3,
@@ -173,6 +183,23 @@ LAYER_TESTS = [
                                  else (3, 2, 5, 6, 6)),
           expected_num_trainable_weights=3,
           expected_num_non_trainable_weights=0, supports_masking=True)),
+] + [
+    # conv_lstm1d_test and conv_lstm3d_test.test_basics: conv_lstm2d's
+    # cases, frames of rank 1 and 3.
+    (f"conv_lstm{rank}d_test.test_basics",
+     lambda rank=rank: getattr(peer, f"ConvLSTM{rank}D"),
+     dict(init_kwargs={"filters": 5, "kernel_size": 3, **options},
+          input_shape=frames_shape(3, 2, side, 3, rank=rank), call_kwargs=call,
+          expected_output_shape=frames_shape(3, *steps, out, 5, rank=rank),
+          expected_num_trainable_weights=3,
+          expected_num_non_trainable_weights=0, supports_masking=True))
+    for rank in (1, 3)
+    for options, side, out, steps, call in [
+        ({"padding": "same"}, 4, 4, (), None),
+        ({"padding": "valid", "recurrent_dropout": 0.5}, 8, 6, (),
+         {"training": True}),
+        ({"padding": "valid", "return_sequences": True}, 8, 6, (2,), None)]
+] + [
     ("bidirectional_test.test_basics", lambda: keras.layers.Bidirectional,
      dict(init_kwargs={"layer": lambda: peer.SimpleRNN(4)},
           input_shape=(3, 2, 4), expected_output_shape=(3, 8),
@@ -404,6 +431,26 @@ CASES = {
                   [[[0.8661607] * 2, [0.86909103] * 2],
                    [[0.8774414] * 2, [0.8800861] * 2]]]).transpose(
                        (0, 1, 2, 3) if CHANNELS_LAST else (0, 3, 1, 2))),
+    # conv_lstm1d_test.test_correctness.
+    "conv_lstm1d.correctness": Case(
+        lambda: peer.ConvLSTM1D(filters=2, kernel_size=3, **constant()),
+        arange(2, 3, 4, 5, scale=10) if CHANNELS_LAST else
+        arange(2, 3, 4, 5, scale=10).transpose((0, 1, 3, 2)),
+        np.array([[[0.40807986] * 2, [0.46421072] * 2],
+                  [[0.80933154] * 2, [0.8233646] * 2]]).transpose(
+                      (0, 1, 2) if CHANNELS_LAST else (0, 2, 1))),
+    # conv_lstm3d_test.test_correctness (its tolerance: 1e-4).
+    "conv_lstm3d.correctness": Case(
+        lambda: peer.ConvLSTM3D(filters=2, kernel_size=3, **constant()),
+        arange(2, 3, 4, 4, 4, 5, scale=100) if CHANNELS_LAST else
+        arange(2, 3, 4, 4, 4, 5, scale=100).transpose((0, 1, 5, 2, 3, 4)),
+        np.array([[[[[0.99149036] * 2, [0.99180907] * 2],
+                    [[0.99258363] * 2, [0.9927925] * 2]],
+                   [[[0.99413764] * 2, [0.99420583] * 2],
+                    [[0.9943788] * 2, [0.9944278] * 2]]],
+                  [[[[0.9950547] * 2] * 2] * 2] * 2]).transpose(
+                      (0, 1, 2, 3, 4) if CHANNELS_LAST else (0, 4, 1, 2, 3)),
+        tol=1e-4),
     # conv_lstm_test.ConvLSTMTest (ConvLSTM(rank=2) there): the sum of the
     # output after an initial state.
     "conv_lstm.correctness": Case(
@@ -698,12 +745,14 @@ def test_gru_stateful_with_symbolic_batch_size():
 
 
 @keras_since((3, 14), "the check of strides against dilation_rate")
-def test_conv_lstm2d_symbolic_invalid_strides_dilation_rate():
-  """conv_lstm2d_test.test_symbolic_invalid_strides_dilation_rate."""
+@pytest.mark.parametrize("rank", [1, 2, 3])
+def test_conv_lstm_symbolic_invalid_strides_dilation_rate(rank):
+  """conv_lstm{1,2,3}d_test.test_symbolic_invalid_strides_dilation_rate."""
   with pytest.raises(ValueError, match=r"Specifying `strides > 1` is not "
                      r"compatible with `dilation_rate > 1`"):
-    peer.ConvLSTM2D(filters=1, kernel_size=1, strides=2, padding="same",
-                    dilation_rate=3, return_sequences=True)
+    getattr(peer, f"ConvLSTM{rank}D")(
+        filters=1, kernel_size=1, strides=2, padding="same", dilation_rate=3,
+        return_sequences=True)
 
 
 @pytest.mark.parametrize("cell,states", [(OneStateRNNCell, 1),

@@ -433,6 +433,53 @@ def test_mixed_bfloat16_policy_matches_keras(cell_name, recompute):
                                atol=0.05 * np.abs(v).max())
 
 
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_conv_lstm_mixed_precision_matches_keras(policy):
+  keras.mixed_precision.set_global_policy(policy)
+  try:
+    x = video(2, 4, side=6)
+    ref = keras.layers.ConvLSTM2D(3, 3, padding="same", return_sequences=True)
+    ours = tf_recurrent.ConvLSTM2D(3, 3, padding="same",
+                                   return_sequences=True)
+    build_pair(ref, ours, x)
+    got = outputs_and_grads(ours, x, "function")
+    want = outputs_and_grads(ref, x, "eager")
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
+  assert got[0].dtype == policy.split("_")[1]
+  assert [g.dtype for g in got[1][1:]] == [tf.float32] * 3
+  for u, v in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
+    u, v = (np.asarray(tf.cast(a, tf.float32)) for a in (u, v))
+    np.testing.assert_allclose(u, v, rtol=0.05,
+                               atol=0.05 * np.abs(v).max())
+
+
+def test_conv_lstm_saved_model_reload_keeps_values_and_gradients(tmp_path):
+  """A tf.Module holding the layer, saved with its custom gradient and
+  reloaded: the reloaded forward function's outputs, and a tape's gradient
+  of them with respect to the reloaded variables."""
+  layer = tf_recurrent.ConvLSTM3D(2, 3, padding="same", return_sequences=True)
+  x = tf.random.normal([2, 3, 4, 4, 4, 2], seed=7)
+  layer(x)
+  module = tf.Module()
+  module.layer = layer
+  module.weights = layer.trainable_variables
+  module.forward = tf.function(
+      layer.call, input_signature=[tf.TensorSpec([None, None, 4, 4, 4, 2])])
+
+  def loss_and_grads(forward, weights):
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_sum(tf.sin(forward(x)))
+    return loss, tape.gradient(loss, weights)
+
+  want = loss_and_grads(module.forward, module.weights)
+  tf.saved_model.save(module, str(tmp_path / "conv"), options=(
+      tf.saved_model.SaveOptions(experimental_custom_gradients=True)))
+  loaded = tf.saved_model.load(str(tmp_path / "conv"))
+  assert_close(loss_and_grads(loaded.forward, loaded.weights), want,
+               tol=1e-5)
+
+
 def keras_unroll(cell_name, weights, x, compute_dtype):
   """Keras's LSTM / GRU (reset_after) equations as a Python loop over steps.
 
@@ -651,6 +698,8 @@ def video(batch, frames, side=8, channels=3, seed=10):
 LAYER_CASES = {
     "SimpleRNN": ((H,), tf.random.normal([B, T, D], seed=9)),
     "ConvLSTM2D": ((3, 3), video(2, 4)),
+    "ConvLSTM1D": ((3, 3), tf.random.normal([2, 4, 8, 3], seed=11)),
+    "ConvLSTM3D": ((2, 3), tf.random.normal([2, 3, 4, 5, 4, 2], seed=12)),
 }
 LAYER_OPTIONS = [
     ("SimpleRNN", {"return_sequences": True, "return_state": True}),
@@ -661,6 +710,13 @@ LAYER_OPTIONS = [
     ("ConvLSTM2D", {"go_backwards": True, "strides": 2}),
     ("ConvLSTM2D", {"dropout": 0.2, "recurrent_dropout": 0.2, "seed": 3,
                     "padding": "same"}),
+    ("ConvLSTM2D", {"recompute": True, "dilation_rate": 2}),
+    ("ConvLSTM1D", {"return_sequences": True, "padding": "same",
+                    "dilation_rate": 2}),
+    ("ConvLSTM1D", {"go_backwards": True, "strides": 2, "dropout": 0.3,
+                    "seed": 4}),
+    ("ConvLSTM3D", {"return_state": True, "padding": "same"}),
+    ("ConvLSTM3D", {"strides": 2, "recurrent_dropout": 0.3, "seed": 5}),
 ]
 
 
@@ -668,7 +724,8 @@ LAYER_OPTIONS = [
 @pytest.mark.parametrize("name,options", LAYER_OPTIONS)
 def test_layer_matches_keras(mode, name, options):
   args, x = LAYER_CASES[name]
-  ref = getattr(keras.layers, name)(*args, **options)
+  ref = getattr(keras.layers, name)(
+      *args, **{k: v for k, v in options.items() if k != "recompute"})
   ours = getattr(tf_recurrent, name)(*args, **options)
   build_pair(ref, ours, x)
   training = "dropout" in options
@@ -678,10 +735,37 @@ def test_layer_matches_keras(mode, name, options):
                outputs_and_grads(ref, x, "eager", training=training))
 
 
-def test_conv_lstm_2d_keeps_only_states_and_round_trips(tmp_path):
-  """No per-frame gate activations: the op's forward loop keeps one row per
-  state leaf (h, c and the output) and nothing else; a .keras file loads
-  back."""
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("rank", [1, 2, 3])
+def test_conv_lstm_channels_first_and_masked(mode, rank):
+  """channels_first (which Keras's CPU convolutions refuse) against Keras
+  channels last on the transposed frames, with a padding mask."""
+  shape = [2, 5] + [4] * rank + [3]
+  x_last = tf.random.normal(shape, seed=rank)
+  to_first = [0, 1, rank + 2] + list(range(2, rank + 2))
+  to_last = [0, 1] + list(range(3, rank + 3)) + [2]
+  x_first = tf.transpose(x_last, to_first)
+  mask = tf.constant([[True, True, False, True, False], [False] * 5])
+  options = dict(padding="same", return_sequences=True, return_state=True)
+  ref = getattr(keras.layers, f"ConvLSTM{rank}D")(2, 3, **options)
+  ours = getattr(tf_recurrent, f"ConvLSTM{rank}D")(
+      2, 3, data_format="channels_first", **options)
+  ref(x_last)
+  ours(x_first)
+  ours.set_weights(ref.get_weights())
+  got = outputs_and_grads(ours, x_first, mode, mask=mask)
+  want = outputs_and_grads(ref, x_last, "function", mask=mask)
+  (sequences, h, c), (dx, *dw) = got
+  state_to_last = [0] + list(range(2, rank + 2)) + [1]
+  assert_close(((tf.transpose(sequences, to_last),
+                 tf.transpose(h, state_to_last),
+                 tf.transpose(c, state_to_last)),
+                (tf.transpose(dx, to_last), *dw)), want)
+
+
+def test_conv_lstm_2d_runs_the_chunked_loops_and_round_trips(tmp_path):
+  """The ConvLSTM cell runs on the chunked loops (they trace once for this
+  layer's frames), not the op's generic loop; a .keras file loads back."""
   model = keras.Sequential([keras.Input((None, 8, 8, 3)),
                             tf_recurrent.ConvLSTM2D(4, 3, padding="same")])
   path = str(tmp_path / "conv.keras")
@@ -697,12 +781,9 @@ def test_conv_lstm_2d_keeps_only_states_and_round_trips(tmp_path):
       loss = tf.reduce_sum(model(x))
     return tape.gradient(loss, model.trainable_weights)
 
-  graph = grads.get_concrete_function(x).graph
-  whiles = [o for o in graph.get_operations() if o.type in ("While",
-                                                           "StatelessWhile")]
-  assert len(whiles) == 2  # the op's forward and reverse loops
-  forward = min(whiles, key=lambda o: o.name)
-  assert len([t for t in forward.outputs if t.dtype == tf.variant]) == 3
+  traces = sequence_lib.tracing_count()
+  grads(x)
+  assert sequence_lib.tracing_count() == traces + 2  # Forward and backward.
 
 
 # Behaviours of the built-in layers, each on every path that serves it.

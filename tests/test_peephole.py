@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import GRAPH_MODES
+from conftest import loop_values_and_grads
 from conftest import values_and_grads
 import tf_recurrent
 from tf_recurrent import sequence
@@ -90,23 +91,21 @@ def loss_of(outputs, final):
 
 
 def run_both(mode, recompute, masked, dropped, dtype=tf.float64):
-  def build(fn, dtype):
-    def run(watch):
+  def inputs(dtype):
+    def make():
       x, state0, w = tf.nest.map_structure(lambda t: tf.cast(t, dtype),
                                            case())
-      watch([x, state0, w])
-      mask = holes() if masked else None
-      dropout = dropout_masks(dtype=dtype) if dropped else None
-      outputs, final = fn(x, state0, w, mask, dropout)
-      return ([outputs, final], loss_of(outputs, final),
-              tf.nest.flatten([x, state0, w]))
-    return run
+      return (x, state0, w), (holes() if masked else None,
+                              dropout_masks(dtype=dtype) if dropped else None)
+    return make
 
-  ours = values_and_grads(mode, build(
+  ours = loop_values_and_grads(
+      mode, inputs(dtype),
       lambda x, s, w, m, d: sequence.run("peephole_lstm", x, s, w,
                                          recompute=recompute, mask=m,
-                                         dropout=d), dtype))
-  want = values_and_grads("eager", build(unrolled, tf.float64))
+                                         dropout=d), loss_of)
+  want = loop_values_and_grads("eager", inputs(tf.float64), unrolled,
+                               loss_of)
   return ours, want
 
 

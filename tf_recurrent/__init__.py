@@ -26,7 +26,9 @@ from tf_recurrent.zoneout import ZoneoutGRU
 from tf_recurrent.zoneout import ZoneoutGRUCell
 from tf_recurrent.zoneout import ZoneoutLSTM
 from tf_recurrent.zoneout import ZoneoutLSTMCell
+from tf_recurrent.layers import ConvLSTM1D
 from tf_recurrent.layers import ConvLSTM2D
+from tf_recurrent.layers import ConvLSTM3D
 from tf_recurrent.layers import GRU
 from tf_recurrent.layers import LSTM
 from tf_recurrent.layers import RNN
@@ -45,7 +47,7 @@ from tf_recurrent.serving import StreamingModule
 from tf_recurrent.serving import export as export_saved_model
 
 __all__ = ["recurrent", "Recurrent", "bidirectional", "step_seed", "RNN", "LSTM", "GRU",
-           "SimpleRNN", "ConvLSTM2D", "PeepholeLSTM", "PeepholeLSTMCell",
+           "SimpleRNN", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D", "PeepholeLSTM", "PeepholeLSTMCell",
            "LayerNormLSTM", "LayerNormLSTMCell", "LayerNormSimpleRNN",
            "LayerNormSimpleRNNCell", "ProjectedLSTM", "ProjectedLSTMCell",
            "ZoneoutLSTM", "ZoneoutLSTMCell", "ZoneoutGRU", "ZoneoutGRUCell",

@@ -434,7 +434,8 @@ def _dynamic(cell, inputs, sequence_length, initial_state, dtype,
 
 
 def _fast(cell, inputs, lengths, state0):
-  """A plain Keras LSTMCell/GRUCell/SimpleRNNCell: the layers' own loop."""
+  """A plain built-in Keras cell (LSTMCell, GRUCell, SimpleRNNCell, a
+  ConvLSTM cell, ...): the layers' own loop."""
   if (layers.BUILT_IN_CELLS.get(type(cell)) is None or
       tf.nest.is_nested(inputs) or not cell.built):
     return None

@@ -1,7 +1,8 @@
 """Keras drop-ins whose time loop is `tf_recurrent.recurrent`.
 
-`RNN`, `LSTM`, `GRU`, `SimpleRNN` and `ConvLSTM2D` are the Keras layers of
-the same names, with Keras's own constructor arguments (plus `recompute`),
+`RNN`, `LSTM`, `GRU`, `SimpleRNN` and `ConvLSTM1D/2D/3D` are the Keras
+layers of the same names, with Keras's own constructor arguments (plus
+`recompute`),
 with one method replaced: `inner_loop`, the part of `keras.layers.RNN.call`
 that iterates over time. Everything else (`initial_state`, `stateful`, masks,
 dropout-mask setup, `get_config`, saving) is Keras's own, so swapping
@@ -14,11 +15,12 @@ their default activations run their own chunked loop pair
 `reset_after=False` GRU, the input projection and weight gradients batched
 per chunk of steps, a hand-written gradient), in every configuration:
 masks, input and recurrent dropout, `go_backwards`, initial and stateful
-states. With `recompute=True` the gates are rebuilt in the backward pass
-instead of kept. Any other cell (a ConvLSTM cell, another activation, a
-user's cell) runs as it is on `tf_recurrent.recurrent`, recomputed step by
-step in the backward pass, its weights getting gradients through the op's
-captured-variable support.
+states. So does Keras's ConvLSTM cell of every rank, its convolutions
+batched over chunks of frames like the LSTM's GEMMs. With
+`recompute=True` the gates are rebuilt in the backward pass instead of
+kept. Any other cell (another activation, a user's cell) runs as it is on
+`tf_recurrent.recurrent`, recomputed step by step in the backward pass, its
+weights getting gradients through the op's captured-variable support.
 
 Options a user sets are honoured or refused, never dropped: `unroll=True`
 runs Keras's own unrolled loop; `use_cudnn=True` (LSTM, GRU) runs Keras's
@@ -34,8 +36,10 @@ from typing import Any, Callable, Dict, Optional, Union
 
 import keras
 from keras.src import backend as keras_backend
+from keras.src.layers.rnn import conv_lstm as keras_conv_lstm
 import tensorflow as tf
 
+from tf_recurrent import convolutional
 from tf_recurrent import masks
 from tf_recurrent import op
 from tf_recurrent import sequence
@@ -80,6 +84,12 @@ def _nothing(*args) -> Dict[str, Any]:
   return {}
 
 
+def _never(cell) -> bool:
+  """`BuiltInCell.channels_first`'s default."""
+  del cell
+  return False
+
+
 def gru_kind(cell) -> str:
   """The sequence kind of a Keras GRU cell, by its `reset_after`."""
   return "gru" if cell.reset_after else "gru_reset_before"
@@ -99,12 +109,15 @@ class BuiltInCell:
     run_inputs: Per-call tensor arguments of `sequence.run` (`zoneout`
       masks), given the cell, the time-major inputs, the initial state
       and `training`.
+    channels_first: Whether the cell's maps have their channels first
+      (ConvLSTM's `data_format`; the loops take them last), given the cell.
   """
   kind: Callable[[Any], str]
   plain: Dict[str, Any]
   extra_weights: Callable[[Any], Dict[str, Any]] = _nothing
   options: Callable[[Any], Dict[str, Any]] = _nothing
   run_inputs: Callable[..., Dict[str, Any]] = _nothing
+  channels_first: Callable[[Any], bool] = _never
 
 
 KERAS_GATES = {"activation": keras.activations.tanh,
@@ -118,7 +131,32 @@ BUILT_IN_CELLS = {
     keras.layers.GRUCell: BuiltInCell(gru_kind, KERAS_GATES),
     keras.layers.SimpleRNNCell: BuiltInCell(
         lambda cell: "simple_rnn", {"activation": keras.activations.tanh}),
+    keras_conv_lstm.ConvLSTMCell: BuiltInCell(
+        lambda cell: "conv_lstm", KERAS_GATES,
+        options=lambda cell: {"geometry": _conv_geometry(cell)},
+        channels_first=lambda cell: cell.data_format == "channels_first"),
 }
+
+
+def _conv_geometry(cell) -> convolutional.Geometry:
+  """A built Keras ConvLSTM cell's input convolution."""
+  geometry = convolutional.Geometry(
+      tuple(cell.kernel_size), tuple(cell.strides), cell.padding,
+      tuple(cell.dilation_rate), tuple(cell.spatial_dims))
+  geometry.check()
+  return geometry
+
+
+def _channels_to(t: tf.Tensor, leading: int, last: bool) -> tf.Tensor:
+  """`[*leading, C, *spatial]` maps as `[*leading, *spatial, C]` (or back
+  with `last=False`)."""
+  rank = t.shape.rank
+  spatial = list(range(leading + 1, rank)) if last else list(
+      range(leading, rank - 1))
+  channels = [leading] if last else [rank - 1]
+  order = (list(range(leading)) + spatial + channels if last else
+           list(range(leading)) + channels + spatial)
+  return tf.transpose(t, order)
 
 
 def _fuses_as_lstm(cell) -> bool:
@@ -310,6 +348,11 @@ class _RecurrentLoop:
     if training and 0 < cell.recurrent_dropout < 1:
       dropout["recurrent"] = _gate_masks(
           cell.get_recurrent_dropout_mask(state0[0]))
+    channels_first = spec.channels_first(cell)
+    if channels_first:  # The masks drawn as Keras draws them, then moved.
+      x = _channels_to(x, 2, last=True)
+      state0 = [_channels_to(s, 1, last=True) for s in state0]
+      dropout = {k: _channels_to(m, 2, last=True) for k, m in dropout.items()}
     # A call no tape records (predict, evaluate, a serving signature) keeps
     # nothing per step; `tf.gradients` of its graph still gets the right
     # gradient, recomputed.
@@ -318,6 +361,9 @@ class _RecurrentLoop:
         kind, x, state0, self._sequence_weights(spec), recompute=recompute,
         mask=mask, dropout=dropout, **spec.options(cell),
         **spec.run_inputs(cell, x, state0, training))
+    if channels_first:
+      carried = _channels_to(carried, 2, last=False)
+      final = [_channels_to(s, 1, last=False) for s in final]
     if mask is None:
       return carried, final, carried[-1]
     # A masked step's row is the carried h; Keras emits the previous output
@@ -325,7 +371,8 @@ class _RecurrentLoop:
     # zero_output_for_mask.
     emitted = mask if self.zero_output_for_mask else tf.cast(
         tf.cumsum(tf.cast(mask, tf.int32), axis=0), tf.bool)
-    outputs = tf.where(emitted[:, :, None], carried, tf.zeros_like(carried))
+    outputs = tf.where(masks.expand(emitted, carried), carried,
+                       tf.zeros_like(carried))
     return outputs, final, outputs[-1]
 
   def _sequence_weights(self, spec):
@@ -512,24 +559,8 @@ class SimpleRNN(_RecurrentLoop, keras.layers.SimpleRNN):
     self._set_recompute(recompute)
 
 
-@keras.saving.register_keras_serializable(package="tf_recurrent")
-class ConvLSTM2D(_RecurrentLoop, keras.layers.ConvLSTM2D):
-  """`keras.layers.ConvLSTM2D` on `tf_recurrent.recurrent`.
-
-  Takes the arguments of `keras.layers.ConvLSTM2D` (`recompute` is accepted
-  for symmetry; the convolutional cell is always recomputed). Per frame the
-  backward pass keeps only the state (h and c), where Keras's loop keeps
-  every gate activation of every frame: the layer whose per-step
-  activations are the largest of all.
-
-  Example:
-
-  >>> import tf_recurrent
-  >>> layer = tf_recurrent.ConvLSTM2D(4, 3, padding="same",
-  ...                                 return_sequences=True)
-  >>> layer(tf.ones([2, 5, 8, 8, 3])).shape
-  TensorShape([2, 5, 8, 8, 4])
-  """
+class _ConvLstmLayer(_RecurrentLoop):
+  """The ConvLSTM layers' constructor: Keras's arguments, plus `recompute`."""
 
   def __init__(self, filters, kernel_size, strides=1, padding="valid",
                data_format=None, dilation_rate=1, activation="tanh",
@@ -545,3 +576,44 @@ class ConvLSTM2D(_RecurrentLoop, keras.layers.ConvLSTM2D):
                recompute: bool = False, **kwargs):
     super().__init__(**_keras_arguments(locals()))
     self._set_recompute(recompute)
+
+
+_CONV_LSTM_DOC = """`keras.layers.ConvLSTM{rank}D` on tf_recurrent's chunked loops.
+
+  Takes the arguments of `keras.layers.ConvLSTM{rank}D`, plus `recompute`.
+  With its default activations the cell runs on `tf_recurrent.sequence`'s
+  loop pair (`tf_recurrent.convolutional`): per chunk of frames the input
+  convolution is one batched convolution, and so are the kernels' and the
+  inputs' gradients; a frame's step convolves only h forward and back.
+  Keras's cell convolves every frame's input inside its loop and keeps
+  every gate map and convolution of every frame for its gradient. Kept per
+  frame here: the four gate maps (about Keras's memory, for less time), or
+  with `recompute=True` nothing but the outputs (about 0.6x Keras's memory;
+  the backward pass rebuilds a chunk's gates with two batched convolutions,
+  a third more convolution work). `data_format="channels_first"` runs channels last inside
+  the loops. Another activation runs the cell as it is on
+  `tf_recurrent.recurrent`.
+
+  Example:
+
+  >>> import tf_recurrent
+  >>> layer = tf_recurrent.ConvLSTM{rank}D(4, 3, padding="same",
+  ...                                 return_sequences=True)
+  >>> layer(tf.ones([2, 5, {frame}, 3])).shape
+  TensorShape([2, 5, {frame}, 4])
+  """
+
+
+@keras.saving.register_keras_serializable(package="tf_recurrent")
+class ConvLSTM1D(_ConvLstmLayer, keras.layers.ConvLSTM1D):
+  __doc__ = _CONV_LSTM_DOC.format(rank=1, frame="8")
+
+
+@keras.saving.register_keras_serializable(package="tf_recurrent")
+class ConvLSTM2D(_ConvLstmLayer, keras.layers.ConvLSTM2D):
+  __doc__ = _CONV_LSTM_DOC.format(rank=2, frame="8, 8")
+
+
+@keras.saving.register_keras_serializable(package="tf_recurrent")
+class ConvLSTM3D(_ConvLstmLayer, keras.layers.ConvLSTM3D):
+  __doc__ = _CONV_LSTM_DOC.format(rank=3, frame="4, 4, 4")

@@ -8,8 +8,9 @@ settings) and SimpleRNN cells the layers run this loop pair instead; the
 cells' math is in the `Cell` classes below, their shared equations in
 `tf_recurrent.cells`:
 
-* Time is cut into chunks of `CHUNK` steps. Per chunk the forward pass
-  projects the chunk's inputs with one GEMM over `CHUNK * B` rows, then runs
+* Time is cut into chunks of at most `CHUNK` steps, of equal length K
+  (`_Chunks`). Per chunk the forward pass projects the chunk's inputs with
+  one GEMM over `K * B` rows, then runs
   the chunk's steps; the only sequential GEMM of a step is `h @ U` (a
   `reset_after=False` GRU has a second, `(r * h) @ U_h`).
 * The backward pass walks the chunks last to first. Per step it runs one
@@ -43,7 +44,7 @@ cells' math is in the `Cell` classes below, their shared equations in
   stacking, and a tensor the gradient function may capture (SavedModel
   cannot save one capturing a TensorList).
 
-The last chunk may be partial: it still reads `CHUNK` input rows (clamped to
+The last chunk may be partial: it still reads K input rows (clamped to
 the last one), runs only the steps up to T, and its unwritten dz rows are
 zeros, so they add nothing to the weight gradients.
 
@@ -95,13 +96,14 @@ def _blocks(rows: Tensor, like: Tensor) -> Tensor:
 
 
 def column_sums(block: Tensor) -> Tensor:
-  """The sum of a `[K, B, w]` block's rows, `[w]` (a bias gradient).
+  """The sum of a `[K, B, ..., w]` block's rows, `[w]` (a bias gradient).
 
-  Over K first, then B: TF's CPU kernel sums the leading axis of a
+  Over K first, then the rest: TF's CPU kernel sums the leading axis of a
   `[K * B, w]` matrix several times slower (6.5 ms against 1.5 ms for a
   `[12800, 512]` chunk of dz, the chunk's slowest op).
   """
-  return tf.reduce_sum(tf.reduce_sum(block, axis=0), axis=0)
+  per_step = tf.reduce_sum(block, axis=0)
+  return tf.reduce_sum(per_step, axis=list(range(per_step.shape.rank - 1)))
 
 
 def shift_in(first: Tensor, block: Tensor) -> Tensor:
@@ -175,7 +177,7 @@ class _Linear:
 
 
 class Cell:
-  """What the chunked loops ask of a cell's math (`_Lstm`, `_Gru`, ...).
+  """What the chunked loops ask of a cell's math (`Lstm`, `_Gru`, ...).
 
   A cell reads its weights as built by `weights()`: `input` and
   `recurrent` (`_Linear` maps of the kernels, with the call's dropout
@@ -203,11 +205,12 @@ class Cell:
   kept_with_gates: Tuple[str, ...] = ()
 
   def __init__(self, recompute: bool, use_xla: bool = False,
-               epsilon: float = 1e-3, weight_names=()):
+               epsilon: float = 1e-3, weight_names=(), geometry=None):
     self.recompute = recompute
     self.use_xla = use_xla
     self.epsilon = epsilon
     self.weight_names = frozenset(weight_names)
+    self.geometry = geometry
 
   def widths(self, recurrent_kernel: Tensor) -> Dict[str, Any]:
     """`{"h": P, "cell": H}`: h's width (the recurrent kernel's rows) and
@@ -241,12 +244,21 @@ class Cell:
     """The step math's weights from the layer's (in the compute dtype) and
     the dropout masks (`dropout`: "inputs", "recurrent"; see `_Linear`)."""
     return {**w,
-            "input": _Linear(w["kernel"], self.gates, dropout.get("inputs")),
-            "recurrent": _Linear(w["recurrent_kernel"], self.gates,
-                                 dropout.get("recurrent"))}
+            "input": self.linear(w["kernel"], dropout.get("inputs"),
+                                 recurrent=False),
+            "recurrent": self.linear(w["recurrent_kernel"],
+                                     dropout.get("recurrent"),
+                                     recurrent=True)}
+
+  def linear(self, kernel: Tensor, masks: Optional[Tensor],
+             recurrent: bool) -> "_Linear":
+    """The map of the input (or recurrent) kernel: a product of rows
+    (`_Linear`); a convolutional kind's convolution."""
+    del recurrent
+    return _Linear(kernel, self.gates, masks)
 
   def external_grads(self, grads):
-    """The weight gradients in the layer's layout (see `_Lstm`)."""
+    """The weight gradients in the layer's layout (see `Lstm`)."""
     return grads
 
   def project(self, w, x_block):
@@ -283,7 +295,7 @@ def _no_peephole(like: Tensor) -> Tensor:
   return tf.zeros(tf.shape(like)[-1:], like.dtype)
 
 
-class _Lstm(Cell):
+class Lstm(Cell):
   """LSTM math for the chunked loops.
 
   Weights (Keras's layout, gate blocks `[i, f, c, o]`): kernel `[D, 4H]`,
@@ -424,11 +436,19 @@ class _Lstm(Cell):
     if not self.use_xla and dh.dtype in _FUSED_GRAD_DTYPES:
       # One fused kernel for the ~20 elementwise ops below (the same math,
       # in the same gate order); x, h_prev, w and b only give it shapes.
+      # It takes `[rows, H]` matrices: a convolutional state's maps are
+      # reshaped (no copy) to rows of their units.
+      flat = (lambda t: t) if dm.shape.rank == 2 else (
+          lambda t: tf.reshape(t, [-1, t.shape[-1]]))
       dc_prev, dz, _, _, _ = tf.raw_ops.LSTMBlockCellGrad(
-          x=dm[:, :0], cs_prev=c_prev, h_prev=dm, w=w["fused_shape"],
-          wci=_no_peephole(dm), wcf=_no_peephole(dm), wco=_no_peephole(dm),
-          b=w["bias"], i=i, cs=c, f=f, o=o, ci=g, co=tanh_c, cs_grad=dc,
-          h_grad=dm, use_peephole=False)
+          x=flat(dm)[:, :0], cs_prev=flat(c_prev), h_prev=flat(dm),
+          w=w["fused_shape"], wci=_no_peephole(dm), wcf=_no_peephole(dm),
+          wco=_no_peephole(dm), b=w["bias"], i=flat(i), cs=flat(c),
+          f=flat(f), o=flat(o), ci=flat(g), co=flat(tanh_c),
+          cs_grad=flat(dc), h_grad=flat(dm), use_peephole=False)
+      if dm.shape.rank != 2:
+        dc_prev = tf.reshape(dc_prev, tf.shape(dc))
+        dz = tf.reshape(dz, tf.concat([tf.shape(dc)[:-1], [-1]], 0))
     else:
       (dzi, dzf, dzg, dzo), dc = cells.lstm_gate_grads(i, f, g, o, c_prev,
                                                        tanh_c, dm, dc)
@@ -452,15 +472,15 @@ class _Lstm(Cell):
 _LSTM_WEIGHTS = ("kernel", "recurrent_kernel", "bias")
 
 
-class _PeepholeLstm(_Lstm):
+class _PeepholeLstm(Lstm):
   """Peephole LSTM math (Gers & Schmidhuber 2000) for the chunked loops.
 
-  As `_Lstm`, plus diagonal peephole weights `peephole` `[3, H]` (rows
+  As `Lstm`, plus diagonal peephole weights `peephole` `[3, H]` (rows
   p_i, p_f, p_o): `i = sigmoid(z_i + p_i * c_prev)`,
   `f = sigmoid(z_f + p_f * c_prev)`, `c = f * c_prev + i * g`,
-  `o = sigmoid(z_o + p_o * c)` (the new c). Kept per step: as `_Lstm`; with
+  `o = sigmoid(z_o + p_o * c)` (the new c). Kept per step: as `Lstm`; with
   `recompute=True` a chunk's gates are rebuilt along its c recurrence (o
-  reads the new c). In the TF executor the backward step is `_Lstm`'s fused
+  reads the new c). In the TF executor the backward step is `Lstm`'s fused
   `LSTMBlockCellGrad` plus the peephole terms (see `grad_step`). The
   peephole weights' gradients are summed per chunk from the dz block and
   the chunk's c rows, like the bias's.
@@ -513,7 +533,8 @@ class _PeepholeLstm(_Lstm):
     c, c_prev = prep["c"][j], prep["c_prev"][j]
     p = w["peephole"]
     tanh_c = tf.tanh(c)
-    if not self.use_xla and dh.dtype in _FUSED_GRAD_DTYPES:
+    if (not self.use_xla and dh.dtype in _FUSED_GRAD_DTYPES and
+        dh.shape.rank == 2):
       # The fused kernel without its peephole paths, which are added here:
       # with `use_peephole=True` it returns wrong di/df/dci and cs_prev_grad
       # inside a graph, right eagerly. Its CPU kernel forwards the wci/wcf/
@@ -596,7 +617,7 @@ class _Gru(Cell):
 
   def grad_step(self, w, prep, j, dstate):
     (dh,) = dstate
-    gates = prep["gates"][j]  # Aliased slices, as in `_Lstm.grad_step`.
+    gates = prep["gates"][j]  # Aliased slices, as in `Lstm.grad_step`.
     z, r, hh, rh = gates[0], gates[1], gates[2], gates[3]
     dz, dr, dhh = cells.gru_gate_grads(z, r, hh, rh, prep["h_prev"][j], dh)
     drecurrent = tf.concat([dz, dr, dhh * r], axis=-1)
@@ -693,7 +714,7 @@ class _SimpleRnn(Cell):
     return (w["recurrent"].input_grad(dz),), dz
 
 
-_CELLS = {"lstm": _Lstm, "peephole_lstm": _PeepholeLstm, "gru": _Gru,
+_CELLS = {"lstm": Lstm, "peephole_lstm": _PeepholeLstm, "gru": _Gru,
           "gru_reset_before": _GruResetBefore, "simple_rnn": _SimpleRnn}
 
 
@@ -704,26 +725,31 @@ def add_kind(kind: str, cell_class: type) -> None:
 
 
 def _cell(spec, recompute: bool, use_xla: bool, weights) -> Cell:
-  """The math of `spec`, `(kind, epsilon)`, given the weights' names."""
-  kind, epsilon = spec
-  return _CELLS[kind](recompute, use_xla, epsilon, weights)
+  """The math of `spec`, `(kind, epsilon, geometry)`, given the weights'
+  names."""
+  kind, epsilon, geometry = spec
+  return _CELLS[kind](recompute, use_xla, epsilon, weights, geometry)
 
 
 class _Chunks:
   """The chunk grid of one call and the accumulators laid out on it.
 
-  Chunk c covers steps `[c*K, min(c*K + K, T))`, K = min(chunk, T).
+  Chunk c covers steps `[c*K, min(c*K + K, T))`: as few chunks as `chunk`
+  steps each allow, K the shortest length that covers T with them (T=120
+  and chunk 50: three chunks of 40, not 50 + 50 + 20). A partial last chunk
+  still runs its batched GEMMs (or a ConvLSTM's convolutions) over K rows:
+  balanced chunks waste at most `count - 1` of them, not up to `chunk - 1`.
   """
 
   def __init__(self, x: Tensor, use_xla: bool, chunk: int):
     self.total = tf.shape(x, out_type=tf.int32)[0]
     static_total = x.shape[0]
     if static_total is not None:
-      self.size = max(1, min(chunk, static_total))
-      self.count = -(-static_total // self.size)
+      self.count = max(1, -(-static_total // chunk))
+      self.size = max(1, -(-static_total // self.count))
     else:
-      self.size = tf.maximum(tf.minimum(chunk, self.total), 1)
-      self.count = (self.total + self.size - 1) // self.size
+      self.count = tf.maximum((self.total + chunk - 1) // chunk, 1)
+      self.size = tf.maximum((self.total + self.count - 1) // self.count, 1)
     self._x = x
     self._use_xla = use_xla
 
@@ -744,10 +770,13 @@ class _Chunks:
   def _template(self, leading, columns, gate_rows=None):
     """Zeros `leading + [B, columns]` (columns None: the input's D), or with
     `gate_rows` n, `leading + [n, B, columns]` (gate-major). Columns: a
-    Python int where static, else a scalar tensor (`Cell.widths`)."""
+    Python int where static, else a scalar tensor (`Cell.widths`); a tuple
+    for a convolutional kind's rows, `[B, ..., F]`."""
     x = self._x
     if columns is None:
       last, static_last = tf.shape(x)[2:], x.shape[2:]
+    elif isinstance(columns, tuple):  # A convolutional kind's `[..., F]`.
+      last, static_last = list(columns), list(columns)
     else:
       last = [columns]
       static_last = [columns if isinstance(columns, int) else None]
@@ -990,8 +1019,12 @@ def _loop_functions(spec: Tuple[str, float], recompute: bool, mode: str):
     # Plain Python control flow on Python values: nothing for AutoGraph to
     # convert (and it mis-binds the partials' arguments).
     if mode == "eager":
-      pair = [functools.partial(tracing.RelaxedFunction(fn, autograph=False),
-                                unknown=unknown)
+      # A convolutional kind's rows keep their spatial shape static too.
+      geometry = spec[2]
+      last = 1 + (geometry.rank if geometry is not None else 0)
+      pair = [functools.partial(
+          tracing.RelaxedFunction(fn, autograph=False),
+          unknown=[-last if n == -1 else n for n in unknown])
               for fn, unknown in zip(pair, (_FORWARD_UNKNOWN,
                                             _BACKWARD_UNKNOWN))]
     else:
@@ -1012,8 +1045,8 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
         mask: Optional[Tensor] = None,
         dropout: Optional[Dict[str, Tensor]] = None,
         norm_epsilon: float = 1e-3,
-        zoneout: Optional[Dict[str, Tensor]] = None
-        ) -> Tuple[Tensor, List[Tensor]]:
+        zoneout: Optional[Dict[str, Tensor]] = None,
+        geometry: Any = None) -> Tuple[Tensor, List[Tensor]]:
   """Runs a built-in cell over time-major inputs, with its gradient.
 
   Args:
@@ -1044,6 +1077,9 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
       or one mask for all gates, `[B, D]` / `[B, H]`. (One input mask for
       all gates is cheaper applied to x by the caller.)
     norm_epsilon: The layer-norm kinds' epsilon.
+    geometry: The convolutional kinds' `convolutional.Geometry` (their
+      inputs and states are `[T, B, ..., D]` and `[B, ..., H]` maps), a
+      hashable value; None for the others.
     zoneout: Optional zoneout (Krueger et al. 2017) of the LSTM and GRU
       kinds: per state leaf ("h", and an LSTM's "c"), `[T, B, width]`
       masks k, bool (a quarter of float32's memory) or floats. Each step's
@@ -1092,12 +1128,12 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
   n_state = len(state0)
   chunk = CHUNK
   if mode == "eager" or tf.inside_function():
-    forward_fn, backward_fn = _loop_functions((kind, norm_epsilon), recompute,
-                                              mode)
+    forward_fn, backward_fn = _loop_functions(
+        (kind, norm_epsilon, geometry), recompute, mode)
   else:  # A TF1 graph, built once: the loops inline.
     forward_fn, backward_fn = (
         tf.autograph.experimental.do_not_convert(
-            functools.partial(fn, (kind, norm_epsilon), recompute,
+            functools.partial(fn, (kind, norm_epsilon, geometry), recompute,
                               mode == "xla"))
         for fn in (_forward, _backward))
 

@@ -1,0 +1,167 @@
+"""The ConvLSTM kind of the chunked loops against a float64 static unroll.
+
+Chunks are 3 frames long here (T=5: 3 + 2, a partial last chunk). The unroll
+convolves every frame's input and h with `tf.nn.convolution` and applies
+Keras's ConvLSTM cell equations, masks carrying the state as Keras's masked
+step does, dropout masks per gate as Keras's cell draws them.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import GRAPH_MODES
+from conftest import loop_values_and_grads
+from tf_recurrent import convolutional
+from tf_recurrent import sequence
+
+B, C, F = 2, 2, 3
+
+
+@pytest.fixture(autouse=True)
+def short_chunks(monkeypatch):
+  monkeypatch.setattr(sequence, "CHUNK", 3)
+
+
+def geometry(rank, strides=1, padding="same", dilation=1, side=5):
+  return convolutional.Geometry(
+      (3,) * rank, (strides,) * rank, padding, (dilation,) * rank,
+      tuple(side + k for k in range(rank)))
+
+
+def conv(a, kernel, masks, g=None):
+  """The input convolution (`g`; the recurrent one without), gate block k
+  of the kernel convolving `a * masks[k]`."""
+  options = (dict(strides=g.strides, padding=g.padding.upper(),
+                  dilations=g.dilation_rate) if g else dict(padding="SAME"))
+  if masks is None:
+    return tf.nn.convolution(a, kernel, **options)
+  return tf.concat([tf.nn.convolution(a * masks[k], w, **options)
+                    for k, w in enumerate(tf.split(kernel, 4, axis=-1))], -1)
+
+
+def unrolled(x, state0, w, g, mask=None, dropout=None):
+  dropout = dropout or {}
+  h, c = state0
+  outputs = []
+  for t in range(x.shape[0]):
+    z = (conv(x[t], w["kernel"], dropout.get("inputs"), g) + w["bias"] +
+         conv(h, w["recurrent_kernel"], dropout.get("recurrent")))
+    i, f, gg, o = tf.split(z, 4, axis=-1)
+    c1 = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(gg)
+    h1 = tf.sigmoid(o) * tf.tanh(c1)
+    if mask is not None:
+      running = tf.reshape(mask[t], [-1] + [1] * g.rank + [1])
+      h1, c1 = tf.where(running, h1, h), tf.where(running, c1, c)
+    h, c = h1, c1
+    outputs.append(h)
+  return tf.stack(outputs), [h, c]
+
+
+def case(g, steps, seed=0):
+  rng = np.random.default_rng(seed)
+  normal = lambda *shape: tf.constant(rng.normal(size=shape), tf.float64)
+  k = g.kernel_size
+  w = {"kernel": normal(*k, C, 4 * F) * 0.5,
+       "recurrent_kernel": normal(*k, F, 4 * F) * 0.3,
+       "bias": normal(4 * F)}
+  state0 = [normal(B, *g.out_spatial, F), normal(B, *g.out_spatial, F)]
+  return normal(steps, B, *g.in_spatial, C), state0, w
+
+
+def dropout_masks(g, seed=1):
+  rng = np.random.default_rng(seed)
+  keep = lambda *shape: tf.constant((rng.random(shape) < 0.7) / 0.7,
+                                    tf.float64)
+  return {"inputs": keep(4, B, *g.in_spatial, C),
+          "recurrent": keep(4, B, *g.out_spatial, F)}
+
+
+def loss_of(outputs, final):
+  # Weighted per frame and per leaf: a frame or leaf swapped changes it.
+  frames = tf.cast(tf.range(1, tf.shape(outputs)[0] + 1), outputs.dtype)
+  loss = tf.reduce_sum(tf.sin(outputs) * tf.reshape(
+      frames, [-1] + [1] * (outputs.shape.rank - 1)))
+  return loss + sum((i + 2.0) * tf.reduce_sum(tf.cos(s))
+                    for i, s in enumerate(final))
+
+
+def run_both(mode, g, steps, recompute=False, mask=None, dropout=False):
+  """Ours in `mode` against the unroll; mask: a `[T, B]` numpy bool array."""
+  def make_inputs():
+    x, state0, w = case(g, steps)
+    return (x, state0, w), (
+        dropout_masks(g) if dropout else None,
+        None if mask is None else tf.constant(mask))
+
+  ours = loop_values_and_grads(
+      mode, make_inputs,
+      lambda x, s, w, d, m: sequence.run("conv_lstm", x, s, w,
+                                         recompute=recompute, mask=m,
+                                         dropout=d, geometry=g), loss_of)
+  # In a tf.function: eager autodiff of a 3D convolution fails in
+  # TensorFlow 2.21 (its gradient reads a data_format the eager op lacks).
+  want = loop_values_and_grads(
+      "function", make_inputs,
+      lambda x, s, w, d, m: unrolled(x, s, w, g, m, d), loss_of)
+  for got, expected in zip(tf.nest.flatten(ours), tf.nest.flatten(want)):
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
+
+
+GEOMETRIES = {
+    "1d_same": geometry(1),
+    "2d_same": geometry(2),
+    "2d_strided_valid": geometry(2, strides=2, padding="valid"),
+    "2d_dilated": geometry(2, dilation=2, side=6),
+    "3d_valid": geometry(3, padding="valid", side=3),
+}
+
+
+@pytest.mark.parametrize("mode", GRAPH_MODES)
+@pytest.mark.parametrize("recompute", [False, True],
+                         ids=["keep_gates", "recompute"])
+def test_matches_float64_unroll_in_every_mode(mode, recompute):
+  run_both(mode, GEOMETRIES["2d_same"], 5, recompute)
+
+
+@pytest.mark.parametrize("name", sorted(GEOMETRIES))
+@pytest.mark.parametrize("mode", ["function", "xla", "tf1"])
+def test_every_geometry_matches_float64_unroll(name, mode):
+  run_both(mode, GEOMETRIES[name], 4)
+
+
+@pytest.mark.parametrize("mode,recompute", [("eager", False),
+                                            ("xla", True), ("tf1", False)])
+def test_masks_and_dropout_match_float64_unroll(mode, recompute):
+  """Holes across the chunk boundary and an all-masked example; Keras's
+  per-gate dropout masks of the inputs and of h."""
+  mask = np.array([[1, 1, 0, 0, 1], [0, 0, 0, 0, 0]], bool).T
+  run_both(mode, GEOMETRIES["2d_strided_valid"], 5, recompute, mask=mask,
+           dropout=True)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_one_frame(mode):
+  run_both(mode, GEOMETRIES["1d_same"], 1)
+
+
+def test_geometry_output_shape_and_error():
+  assert geometry(2, strides=2, padding="valid").out_spatial == (2, 2)
+  assert geometry(1, dilation=2).out_spatial == (5,)
+  with pytest.raises(ValueError, match=r"padding='valid'.*kernel of size "
+                     r"\(3, 3\).*frames of spatial shape \(2, 9\)"):
+    convolutional.Geometry((3, 3), (1, 1), "valid", (1, 1), (2, 9)).check()
+
+
+def test_keeps_gates_and_c_or_nothing():
+  """Kept per frame: the gate maps `[4, B, ..., F]` (c is rebuilt from
+  them), or with recompute nothing but the outputs."""
+  g = GEOMETRIES["2d_same"]
+  x, state0, w = case(g, 5)
+  for recompute, shapes in [
+      (False, [(2, 3, 4, B, *g.out_spatial, F)]),
+      (True, [])]:
+    run = tf.function(lambda: sequence._forward(  # pylint: disable=protected-access
+        ("conv_lstm", 1e-3, g), recompute, False, x, state0, w, 3))
+    kept = run()[2]
+    assert [tuple(k.shape) for k in kept] == shapes
