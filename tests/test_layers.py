@@ -763,6 +763,20 @@ def test_conv_lstm_channels_first_and_masked(mode, rank):
                 (tf.transpose(dx, to_last), *dw)), want)
 
 
+@pytest.mark.parametrize("rank", [1, 2, 3])
+def test_conv_lstm_bad_inputs_get_clear_errors(rank):
+  """A frame of the wrong rank, and a kernel larger than the frame with
+  padding="valid": errors at the call naming what was expected."""
+  layer = getattr(tf_recurrent, f"ConvLSTM{rank}D")
+  with pytest.raises(ValueError, match=rf"expected ndim={rank + 3}, found "
+                     rf"ndim={rank + 2}"):
+    layer(2, 3)(tf.ones([2, 3] + [6] * (rank - 1) + [2]))
+  # Keras's own words: "zero or negative" in 3.15, "negative" in 3.8.
+  with pytest.raises(ValueError, match=r"output size would be (zero or )?"
+                     r"negative"):
+    layer(2, 5)(tf.ones([2, 3] + [3] * rank + [2]))
+
+
 def test_conv_lstm_2d_runs_the_chunked_loops_and_round_trips(tmp_path):
   """The ConvLSTM cell runs on the chunked loops (they trace once for this
   layer's frames), not the op's generic loop; a .keras file loads back."""
