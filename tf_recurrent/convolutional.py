@@ -293,13 +293,6 @@ class _ConvLstm(sequence.Lstm):
   def grad_columns(self, widths):
     return (*self.geometry.out_spatial, 4 * widths["cell"][-1])
 
-  def weights(self, w, dropout):
-    w = super().weights(w, dropout)
-    # The fused gradient's w only gives it shapes: `[F, 4F]`.
-    units = w["recurrent_kernel"].shape[-1] // 4
-    w["fused_shape"] = tf.zeros([units, 4 * units], w["bias"].dtype)
-    return w
-
   def step(self, w, state, projected):
     h, c = state
     kept = self.kept()

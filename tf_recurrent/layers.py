@@ -2,12 +2,11 @@
 
 `RNN`, `LSTM`, `GRU`, `SimpleRNN` and `ConvLSTM1D/2D/3D` are the Keras
 layers of the same names, with Keras's own constructor arguments (plus
-`recompute`),
-with one method replaced: `inner_loop`, the part of `keras.layers.RNN.call`
-that iterates over time. Everything else (`initial_state`, `stateful`, masks,
-dropout-mask setup, `get_config`, saving) is Keras's own, so swapping
-`keras.layers.LSTM` for `tf_recurrent.LSTM` changes nothing but the loop and
-its memory.
+`recompute`), with one method replaced: `inner_loop`, the part of
+`keras.layers.RNN.call` that iterates over time. Everything else
+(`initial_state`, `stateful`, masks, dropout-mask setup, `get_config`,
+saving) is Keras's own, so swapping `keras.layers.LSTM` for
+`tf_recurrent.LSTM` changes nothing but the loop and its memory.
 
 Keras's LSTMCell, GRUCell (either `reset_after`) and SimpleRNNCell with
 their default activations run their own chunked loop pair
@@ -587,12 +586,12 @@ _CONV_LSTM_DOC = """`keras.layers.ConvLSTM{rank}D` on tf_recurrent's chunked loo
   inputs' gradients; a frame's step convolves only h forward and back.
   Keras's cell convolves every frame's input inside its loop and keeps
   every gate map and convolution of every frame for its gradient. Kept per
-  frame here: the four gate maps (about Keras's memory, for less time), or
-  with `recompute=True` nothing but the outputs (about 0.6x Keras's memory;
-  the backward pass rebuilds a chunk's gates with two batched convolutions,
-  a third more convolution work). `data_format="channels_first"` runs channels last inside
-  the loops. Another activation runs the cell as it is on
-  `tf_recurrent.recurrent`.
+  frame here: the four gate maps (about Keras's memory), or with
+  `recompute=True` nothing but the outputs (about 0.6x Keras's memory; the
+  backward pass rebuilds a chunk's gates with two batched convolutions, a
+  third more convolution work). `data_format="channels_first"` runs
+  channels last inside the loops. Another activation runs the cell as it
+  is on `tf_recurrent.recurrent`. Figures: benchmarks/CONVLSTM.md.
 
   Example:
 

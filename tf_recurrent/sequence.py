@@ -436,19 +436,11 @@ class Lstm(Cell):
     if not self.use_xla and dh.dtype in _FUSED_GRAD_DTYPES:
       # One fused kernel for the ~20 elementwise ops below (the same math,
       # in the same gate order); x, h_prev, w and b only give it shapes.
-      # It takes `[rows, H]` matrices: a convolutional state's maps are
-      # reshaped (no copy) to rows of their units.
-      flat = (lambda t: t) if dm.shape.rank == 2 else (
-          lambda t: tf.reshape(t, [-1, t.shape[-1]]))
       dc_prev, dz, _, _, _ = tf.raw_ops.LSTMBlockCellGrad(
-          x=flat(dm)[:, :0], cs_prev=flat(c_prev), h_prev=flat(dm),
-          w=w["fused_shape"], wci=_no_peephole(dm), wcf=_no_peephole(dm),
-          wco=_no_peephole(dm), b=w["bias"], i=flat(i), cs=flat(c),
-          f=flat(f), o=flat(o), ci=flat(g), co=flat(tanh_c),
-          cs_grad=flat(dc), h_grad=flat(dm), use_peephole=False)
-      if dm.shape.rank != 2:
-        dc_prev = tf.reshape(dc_prev, tf.shape(dc))
-        dz = tf.reshape(dz, tf.concat([tf.shape(dc)[:-1], [-1]], 0))
+          x=dm[:, :0], cs_prev=c_prev, h_prev=dm, w=w["fused_shape"],
+          wci=_no_peephole(dm), wcf=_no_peephole(dm), wco=_no_peephole(dm),
+          b=w["bias"], i=i, cs=c, f=f, o=o, ci=g, co=tanh_c, cs_grad=dc,
+          h_grad=dm, use_peephole=False)
     else:
       (dzi, dzf, dzg, dzo), dc = cells.lstm_gate_grads(i, f, g, o, c_prev,
                                                        tanh_c, dm, dc)
@@ -533,8 +525,7 @@ class _PeepholeLstm(Lstm):
     c, c_prev = prep["c"][j], prep["c_prev"][j]
     p = w["peephole"]
     tanh_c = tf.tanh(c)
-    if (not self.use_xla and dh.dtype in _FUSED_GRAD_DTYPES and
-        dh.shape.rank == 2):
+    if not self.use_xla and dh.dtype in _FUSED_GRAD_DTYPES:
       # The fused kernel without its peephole paths, which are added here:
       # with `use_peephole=True` it returns wrong di/df/dci and cs_prev_grad
       # inside a graph, right eagerly. Its CPU kernel forwards the wci/wcf/
