@@ -439,7 +439,7 @@ CASES = {
         np.array([[[0.40807986] * 2, [0.46421072] * 2],
                   [[0.80933154] * 2, [0.8233646] * 2]]).transpose(
                       (0, 1, 2) if CHANNELS_LAST else (0, 2, 1))),
-    # conv_lstm3d_test.test_correctness (its tolerance: 1e-4).
+    # conv_lstm3d_test.test_correctness.
     "conv_lstm3d.correctness": Case(
         lambda: peer.ConvLSTM3D(filters=2, kernel_size=3, **constant()),
         arange(2, 3, 4, 4, 4, 5, scale=100) if CHANNELS_LAST else
@@ -449,8 +449,7 @@ CASES = {
                    [[[0.99413764] * 2, [0.99420583] * 2],
                     [[0.9943788] * 2, [0.9944278] * 2]]],
                   [[[[0.9950547] * 2] * 2] * 2] * 2]).transpose(
-                      (0, 1, 2, 3, 4) if CHANNELS_LAST else (0, 4, 1, 2, 3)),
-        tol=1e-4),
+                      (0, 1, 2, 3, 4) if CHANNELS_LAST else (0, 4, 1, 2, 3))),
     # conv_lstm_test.ConvLSTMTest (ConvLSTM(rank=2) there): the sum of the
     # output after an initial state.
     "conv_lstm.correctness": Case(
