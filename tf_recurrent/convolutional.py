@@ -170,7 +170,6 @@ class _Convolution:
                   padding=self.padding, dilations=self.dilations)
     return self._lowered(dk, 0)
 
-
   def _kernel_grad_by_offsets(self, frames: Tensor, dy: Tensor,
                               kernel_shape: tf.TensorShape) -> Tensor:
     """The kernel's gradient as one GEMM per kernel offset: the frames'
