@@ -137,8 +137,10 @@ CASES = {
     "bidirectional_gru": (sequential(lambda: keras.layers.Bidirectional(
         tf_recurrent.GRU(H, return_sequences=True))), 0),
     # The cells Keras 3 does not ship: a builtin loop (the fused LSTM's
-    # peephole, layer-norm and projection inputs are not mapped; zoneout
-    # at inference is its expectation, which the fused op lacks).
+    # peephole and layer-norm inputs compute other math; its projection
+    # the converter cannot pass, tflite.convert writes it in, see
+    # PROJECTED_CASES; zoneout at inference is its expectation, which the
+    # fused op lacks).
     "peephole_lstm": (sequential(lambda: tf_recurrent.PeepholeLSTM(
         H, return_sequences=True)), 0),
     "layer_norm_lstm": (sequential(lambda: tf_recurrent.LayerNormLSTM(
@@ -149,9 +151,19 @@ CASES = {
         H, proj_size=H - 1, return_sequences=True)), 0),
     "zoneout_lstm": (sequential(lambda: tf_recurrent.ZoneoutLSTM(
         H, zoneout_h=0.3, zoneout_c=0.2, return_sequences=True)), 0),
+    "conv_lstm_1d": (sequential(lambda: tf_recurrent.ConvLSTM1D(
+        2, 3, padding="same", return_sequences=True), shape=(3, 5, 2),
+                                batch=1), 0),
     "conv_lstm_2d": (sequential(lambda: tf_recurrent.ConvLSTM2D(
         2, 3, padding="same", return_sequences=True), shape=(3, 5, 5, 2),
                                 batch=1), 0),
+    # TFLite slices at most 5-D tensors: the loop reads 3-D frames as rows.
+    "conv_lstm_3d": (sequential(lambda: tf_recurrent.ConvLSTM3D(
+        2, 2, strides=2, padding="valid"), shape=(3, 4, 4, 4, 1),
+                                batch=1), 0),
+    "conv_lstm_3d_sequences": (sequential(lambda: tf_recurrent.ConvLSTM3D(
+        2, 3, padding="same", return_sequences=True), shape=(3, 3, 3, 3, 1),
+                                          batch=1), 0),
 }
 
 
@@ -268,6 +280,89 @@ def test_without_cell_clip_computes_what_keras_does_past_ten():
   assert_ops(unclipped, 1)
   np.testing.assert_allclose(interpret(unclipped, [x])[0], expected, rtol=0,
                              atol=1e-5)
+
+
+def projected(proj_size=H - 1, **kwargs):
+  return lambda: tf_recurrent.ProjectedLSTM(H, proj_size=proj_size, **kwargs)
+
+
+# name: (model builder, fused LSTM ops with tflite.convert). The projected
+# LSTMs (converter.convert() makes loops of them, CASES["projected_lstm"]).
+PROJECTED_CASES = {
+    "sequences": (sequential(projected(return_sequences=True)), 1),
+    "go_backwards_last": (sequential(projected(2, go_backwards=True)), 1),
+    # proj_size == units: h as wide as c, found by its kernels all the same.
+    "stacked_with_plain": (sequential(projected(H, return_sequences=True),
+                                      projected(1, return_sequences=True),
+                                      lstm()), 3),
+    "bidirectional": (sequential(lambda: keras.layers.Bidirectional(
+        tf_recurrent.ProjectedLSTM(H, proj_size=2, return_sequences=True))),
+                      2),
+    "masked": (sequential(keras.layers.Masking,
+                          projected(return_sequences=True)), 0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROJECTED_CASES))
+def test_convert_fuses_projected_lstms_and_matches_keras(name):
+  keras.utils.set_random_seed(len(name))
+  build, fused = PROJECTED_CASES[name]
+  model = build()
+  skip_without_converter()
+  with contextlib.redirect_stdout(io.StringIO()):
+    flatbuffer = tflite.convert(tf.lite.TFLiteConverter.from_keras_model(
+        model))
+  assert_ops(flatbuffer, fused)
+  x = case_inputs(name, model)[0]
+  np.testing.assert_allclose(interpret(flatbuffer, [x])[0], model(x),
+                             rtol=0, atol=1e-5)
+
+
+def test_convert_projects_every_fused_projected_lstm(monkeypatch):
+  """The converter's fused op is P wide but does not project: without the
+  projection `convert` writes in, its outputs are wrong, and a P-wide
+  fused op left without one is an error."""
+  keras.utils.set_random_seed(7)
+  model = sequential(projected(return_sequences=True))()
+  traced = []
+  monkeypatch.setattr(tflite, "_with_projections",
+                      lambda content, projections: traced.extend(
+                          projections) or content)
+  skip_without_converter()
+  with contextlib.redirect_stdout(io.StringIO()):
+    unprojected = tflite.convert(tf.lite.TFLiteConverter.from_keras_model(
+        model))
+  monkeypatch.undo()
+  assert_ops(unprojected, 1)
+  x = case_inputs("projection", model)[0]
+  assert np.abs(interpret(unprojected, [x])[0] - model(x)).max() > 1e-2
+  with pytest.raises(ValueError, match="h 3 and c 4 wide but no projection"):
+    tflite._with_projections(unprojected, [])  # pylint: disable=protected-access
+  projected_model = tflite._with_projections(unprojected, traced)  # pylint: disable=protected-access
+  np.testing.assert_allclose(interpret(projected_model, [x])[0], model(x),
+                             rtol=0, atol=1e-5)
+
+
+def test_convert_keeps_quantized_projected_lstms_as_loops():
+  keras.utils.set_random_seed(8)
+  model = sequential(projected(return_sequences=True))()
+  converter = tf.lite.TFLiteConverter.from_keras_model(model)
+  converter.optimizations = [tf.lite.Optimize.DEFAULT]
+  skip_without_converter()
+  with contextlib.redirect_stdout(io.StringIO()):
+    flatbuffer = tflite.convert(converter)
+  assert_ops(flatbuffer, 0)
+  x = case_inputs("quantized", model)[0]
+  expected = np.asarray(model(x))
+  np.testing.assert_allclose(interpret(flatbuffer, [x])[0], expected,
+                             rtol=0, atol=0.02 * np.abs(expected).max())
+
+
+def test_convert_runs_one_conversion_at_a_time(monkeypatch):
+  monkeypatch.setattr(tflite, "_projections", [])
+  with pytest.raises(RuntimeError, match="one model at a time"):
+    tflite.convert(tf.lite.TFLiteConverter.from_keras_model(
+        sequential(lstm())()))
 
 
 def test_dynamic_batch_fails_at_conversion():

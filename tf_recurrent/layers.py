@@ -159,10 +159,16 @@ def _channels_to(t: tf.Tensor, leading: int, last: bool) -> tf.Tensor:
 
 
 def _fuses_as_lstm(cell) -> bool:
-  """Whether the cell is a plain `keras.layers.LSTMCell`, which TFLite's
-  fused LSTM computes (not a subclass: peephole, projection, norms,
-  zoneout)."""
-  return type(cell) is keras.layers.LSTMCell and _built_in(cell) is not None
+  """Whether TFLite's fused LSTM computes the cell: a plain
+  `keras.layers.LSTMCell`, or an LSTM kind whose one extra weight is a
+  projection (which `tflite.convert` gives the fused op); not peepholes,
+  norms or zoneout."""
+  spec = _built_in(cell)
+  if spec is None or spec.kind(cell) != "lstm" or (
+      spec.run_inputs is not _nothing):
+    return False
+  return type(cell) is keras.layers.LSTMCell or (
+      set(spec.extra_weights(cell)) == {"projection"})
 
 
 def _built_in(cell) -> Optional[BuiltInCell]:

@@ -32,9 +32,10 @@ Example (the README's "Deploy to TFLite" converts a whole model):
 'lstm_'
 """
 
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional, Tuple
 import uuid
 
+import numpy as np
 import tensorflow as tf
 
 from tf_recurrent import masks
@@ -49,6 +50,24 @@ except ImportError:  # pragma: no cover - depends on the TF build.
 # tell it how to read the input.
 _API_PREFIX = "lstm_"
 _RUNTIME_CPU = 1.0  # tf_keras's fifth result: 1 = the CPU implementation.
+
+
+class _Projection(NamedTuple):
+  """A projected LSTM's weights as `convert` traced them (float32)."""
+  projection: np.ndarray  # [H, P]
+  kernel: np.ndarray  # [D, 4H], Keras's gates [i, f, c, o]
+  recurrent_kernel: np.ndarray  # [P, 4H]
+
+
+# While `convert` runs: the projected LSTMs its trace made fused functions
+# of, in trace order; otherwise None (and projected LSTMs trace loops).
+_projections: Optional[List[_Projection]] = None
+
+
+def _value(variable) -> np.ndarray:
+  """A variable's value now, as float32, also while a graph is traced."""
+  with tf.init_scope():
+    return np.asarray(tf.convert_to_tensor(variable), np.float32)
 
 
 def no_tape_records(training: Any) -> bool:
@@ -92,7 +111,8 @@ def takes_inference_path(training: Any, sequences: Any) -> bool:
              t.shape[0] is not None for t in tf.nest.flatten(sequences))
 
 
-def lstm_function(go_backwards: bool) -> Callable[..., Tuple[tf.Tensor, ...]]:
+def lstm_function(go_backwards: bool, projection: Optional[np.ndarray] = None
+                  ) -> Callable[..., Tuple[tf.Tensor, ...]]:
   """A fresh `standard_lstm` tf.function that TFLite fuses into one op.
 
   The function takes `(inputs [B, T, D], init_h [B, H], init_c [B, H],
@@ -105,8 +125,16 @@ def lstm_function(go_backwards: bool) -> Callable[..., Tuple[tf.Tensor, ...]]:
   function with a unique `api_implements` name, as tf_keras does, so two
   layers never share one.
 
+  With a `projection` `[H, P]` (a `ProjectedLSTM`'s, read when `convert`
+  traces the model), h is `(o * tanh(c)) @ projection`, P wide, and the
+  recurrent kernel `[P, 4H]`: the converter's fused op is then P wide but
+  does not project until `convert` gives it the projection (the contract
+  has no argument for it; the body, a constant, is what a converter that
+  does not fuse runs).
+
   Args:
     go_backwards: Whether to run the sequence from its last step.
+    projection: None, or the projection's value, a float array `[H, P]`.
 
   Returns:
     The tf.function.
@@ -140,6 +168,8 @@ def lstm_function(go_backwards: bool) -> Callable[..., Tuple[tf.Tensor, ...]]:
       i, f, g, o = tf.split(z, 4, axis=-1)
       c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
       h = tf.sigmoid(o) * tf.tanh(c)
+      if projection is not None:
+        h = tf.matmul(h, tf.constant(projection, h.dtype))
       return h, [h, c]
 
     outputs, (h, c), last = run_cell(
@@ -183,11 +213,28 @@ def run_cell(step: Callable[[Any, Any], Tuple[tf.Tensor, Any]],
   ([1.0, 2.0, 3.0], 3.0)
   """
   num_steps = tf.shape(tf.nest.flatten(inputs)[0])[0]
-  written = tf.TensorArray(zero_output.dtype, size=num_steps,
-                           element_shape=zero_output.shape)
+  # TFLite slices and gathers tensors of at most 5 dimensions: a ConvLSTM3D's
+  # `[T, B, D, H, W, C]` frames are read, and its outputs kept, as rows.
+  deep = [(x.shape.rank or 0) > 5 for x in tf.nest.flatten(inputs)]
+  rows = tf.nest.pack_sequence_as(inputs, [
+      tf.reshape(x, [num_steps, -1]) if d else x
+      for x, d in zip(tf.nest.flatten(inputs), deep)])
+  flat_outputs = (zero_output.shape.rank or 0) > 4
+  written = tf.TensorArray(
+      zero_output.dtype, size=num_steps,
+      element_shape=([zero_output.shape.num_elements()] if flat_outputs
+                     else zero_output.shape))
+
+  def read(row, x, t):
+    if row is x:
+      return x[t]
+    frame = tf.reshape(row[t], tf.shape(x)[1:])
+    frame.set_shape(x.shape[1:])
+    return frame
 
   def body(t, output, states_t, written):
-    inputs_t = tf.nest.map_structure(lambda x: x[t], inputs)
+    inputs_t = tf.nest.map_structure(lambda row, x: read(row, x, t), rows,
+                                     inputs)
     new_output, new_states = step(inputs_t, states_t)
     new_states = tf.nest.pack_sequence_as(states_t,
                                           tf.nest.flatten(new_states))
@@ -196,12 +243,17 @@ def run_cell(step: Callable[[Any, Any], Tuple[tf.Tensor, Any]],
       fallback = tf.zeros_like(new_output) if zero_output_for_mask else output
       new_output = masks.select(keep, new_output, fallback)
       new_states = masks.select_structure(keep, new_states, states_t)
-    return t + 1, new_output, new_states, written.write(t, new_output)
+    row = tf.reshape(new_output, [-1]) if flat_outputs else new_output
+    return t + 1, new_output, new_states, written.write(t, row)
 
   _, last, final, written = tf.while_loop(
       lambda t, *_: t < num_steps, body,
       [tf.constant(0), zero_output, states, written])
-  return written.stack(), final, last
+  outputs = written.stack()
+  if flat_outputs:
+    outputs = tf.reshape(outputs, tf.concat(
+        [[num_steps], tf.shape(zero_output)], axis=0))
+  return outputs, final, last
 
 
 def op_names(model_content: bytes) -> List[str]:
@@ -276,6 +328,127 @@ def without_cell_clip(model_content: bytes) -> bytes:
   return flatbuffer_utils.convert_object_to_bytearray(model)
 
 
+def convert(converter: tf.lite.TFLiteConverter) -> bytes:
+  """`converter.convert()`, with `ProjectedLSTM` layers fused too.
+
+  A plain LSTM becomes TFLite's fused `UNIDIRECTIONAL_SEQUENCE_LSTM` with
+  any converter (`lstm_function`). The fused op also has projection inputs
+  (h = (o * tanh(c)) @ W_proj, TF1's `num_proj`), but the converter's
+  Keras contract cannot pass them, so a plain `converter.convert()` turns
+  a `ProjectedLSTM` into a `WHILE` loop of builtin ops. Here each float32
+  projected LSTM (unmasked, default activations, as for the plain LSTM) is
+  traced as the converter's LSTM function with a P-wide recurrent kernel,
+  and its projection is then written into the fused op it became (found by
+  its kernels' values; a fused op left P wide without its projection is an
+  error, never a silent wrong model). Everything else converts as with
+  `converter.convert()`. With `converter.optimizations` set (quantization)
+  projected LSTMs stay loops: the quantized fused op would need a quantized
+  projection. Not thread-safe: one `convert` at a time.
+
+  Args:
+    converter: A `tf.lite.TFLiteConverter` made by `from_keras_model`
+      (models exported before the call were traced without the fused
+      function and keep their loops).
+
+  Returns:
+    The flatbuffer.
+
+  Raises:
+    ValueError: When a fused op the converter made from a projected LSTM
+      cannot be matched to its projection.
+
+  Example (a Keras model's, as in the README's "Deploy to TFLite":
+  `convert(tf.lite.TFLiteConverter.from_keras_model(model))`; any
+  converter works, this one runs on every TensorFlow the package supports):
+
+  >>> f = tf.function(lambda x: tf.tanh(x),
+  ...                 input_signature=[tf.TensorSpec([2], tf.float32)])
+  >>> op_names(convert(tf.lite.TFLiteConverter.from_concrete_functions(
+  ...     [f.get_concrete_function()])))
+  ['TANH']
+  """
+  global _projections
+  if _projections is not None:
+    raise RuntimeError("tf_recurrent.tflite.convert is already running; "
+                       "convert one model at a time.")
+  traced = [] if not converter.optimizations else None
+  _projections = traced
+  try:
+    model_content = converter.convert()
+  finally:
+    _projections = None
+  return _with_projections(model_content, traced) if traced else model_content
+
+
+# TFLite's LSTM inputs (lite/kernels/lstm_shared.h).
+_INPUT_TO_INPUT_WEIGHTS = 1
+_RECURRENT_TO_INPUT_WEIGHTS = 5
+_PROJECTION_WEIGHTS = 16
+_OUTPUT_STATE = 18
+_CELL_STATE = 19
+
+
+def _with_projections(model_content: bytes,
+                      projections: List[_Projection]) -> bytes:
+  """The model with each fused LSTM traced from `projections` given its
+  projection weights (TFLite's `[P, H]`)."""
+  from tensorflow.lite.python import schema_py_generated as schema  # pylint: disable=g-import-not-at-top
+  from tensorflow.lite.tools import flatbuffer_utils  # pylint: disable=g-import-not-at-top
+  model = flatbuffer_utils.read_model_from_bytearray(bytearray(model_content))
+  fused = {i for i, code in enumerate(model.operatorCodes)
+           if max(code.builtinCode, code.deprecatedBuiltinCode) ==
+           schema.BuiltinOperator.UNIDIRECTIONAL_SEQUENCE_LSTM}
+
+  def constant(subgraph, index) -> Optional[np.ndarray]:
+    tensor = subgraph.tensors[index] if index >= 0 else None
+    if tensor is None or tensor.type != schema.TensorType.FLOAT32:
+      return None
+    data = model.buffers[tensor.buffer].data
+    if data is None or len(data) == 0:
+      return None
+    return np.frombuffer(np.asarray(data, np.uint8).tobytes(),
+                         np.float32).reshape(tensor.shape)
+
+  def traced_from(subgraph, op) -> Optional[_Projection]:
+    """The projected LSTM whose input gate's kernels the op holds."""
+    w_x = constant(subgraph, op.inputs[_INPUT_TO_INPUT_WEIGHTS])
+    w_h = constant(subgraph, op.inputs[_RECURRENT_TO_INPUT_WEIGHTS])
+    for traced in projections:
+      units = traced.projection.shape[0]
+      if (w_x is not None and w_h is not None and
+          np.array_equal(w_x, traced.kernel[:, :units].T) and
+          np.array_equal(w_h, traced.recurrent_kernel[:, :units].T)):
+        return traced
+    return None
+
+  for subgraph in model.subgraphs:
+    for op in subgraph.operators or []:
+      if op.opcodeIndex not in fused or len(op.inputs) <= _CELL_STATE:
+        continue
+      traced = traced_from(subgraph, op)
+      if traced is None:
+        widths = [subgraph.tensors[op.inputs[k]].shape[-1]
+                  for k in (_OUTPUT_STATE, _CELL_STATE)]
+        if widths[0] != widths[1] and op.inputs[_PROJECTION_WEIGHTS] < 0:
+          raise ValueError(
+              f"A fused LSTM has h {widths[0]} and c {widths[1]} wide but no "
+              "projection, and none of the projected LSTMs traced has its "
+              "kernels. Convert with converter.convert() (a loop) instead.")
+        continue
+      weights = np.ascontiguousarray(traced.projection.T)
+      buffer = schema.BufferT()
+      buffer.data = np.frombuffer(weights.tobytes(), np.uint8)
+      model.buffers.append(buffer)
+      tensor = schema.TensorT()
+      tensor.shape = list(weights.shape)
+      tensor.type = schema.TensorType.FLOAT32
+      tensor.buffer = len(model.buffers) - 1
+      tensor.name = b"projection_weights"
+      subgraph.tensors.append(tensor)
+      op.inputs[_PROJECTION_WEIGHTS] = len(subgraph.tensors) - 1
+  return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+
+
 def inner_loop(layer, sequences, time_major, initial_state, mask,
                fused_lstm: bool):
   """`keras.layers.RNN.inner_loop` on the convertible loops.
@@ -288,7 +461,9 @@ def inner_loop(layer, sequences, time_major, initial_state, mask,
     initial_state: Its list of initial states.
     mask: None or the `[T, B]` bool mask, time-major like `time_major`.
     fused_lstm: Whether the cell is a plain LSTMCell (tanh/sigmoid; dropout
-      is off at inference), which runs `lstm_function` when unmasked.
+      is off at inference), which runs `lstm_function` when unmasked, or
+      such a cell with a `projection` weight, which does so while `convert`
+      runs (float32 only).
 
   Returns:
     `(last_output, outputs [B, T, ...], states)` as Keras's inner loop
@@ -296,10 +471,19 @@ def inner_loop(layer, sequences, time_major, initial_state, mask,
   """
   cell = layer.cell
   initial_state = list(initial_state)
+  projection = getattr(cell, "projection", None)
+  if projection is not None and not (_projections is not None and
+                                     cell.compute_dtype == "float32"):
+    fused_lstm = False  # Outside `convert`: the fused op would not project.
   if fused_lstm and mask is None:
     dtype = cell.compute_dtype
     bias = cell.bias if cell.use_bias else tf.zeros([4 * cell.units], dtype)
-    last, outputs, h, c, _ = lstm_function(layer.go_backwards)(
+    if projection is not None:
+      projection = _Projection(*(_value(w) for w in (
+          projection, cell.kernel, cell.recurrent_kernel)))
+      _projections.append(projection)
+      projection = projection.projection
+    last, outputs, h, c, _ = lstm_function(layer.go_backwards, projection)(
         *[tf.cast(t, dtype) for t in (
             sequences, initial_state[0], initial_state[1], cell.kernel,
             cell.recurrent_kernel, bias)])
