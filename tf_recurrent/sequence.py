@@ -744,6 +744,15 @@ class _Chunks:
     self._x = x
     self._use_xla = use_xla
 
+  def loop(self, cond, chunk, loop_vars):
+    """`tf.while_loop(cond, chunk, loop_vars)` over the chunks; one chunk
+    known while tracing (T <= `CHUNK`, static) runs without the loop: one
+    while loop less to trace, build and run each way."""
+    if isinstance(self.count, int) and self.count == 1:  # T static, short.
+      return chunk(*loop_vars)
+    return tf.while_loop(cond, chunk, loop_vars,
+                         parallel_iterations=_CHUNKS_IN_FLIGHT)
+
   def steps(self, c):
     """(first step of chunk c, its number of steps)."""
     start = c * self.size
@@ -864,11 +873,10 @@ def _forward(spec, recompute, use_xla, x, state0, weights, chunk, mask=None,
                                       (0, state, handles))
     return c + 1, state, handles, entry_handles
 
-  _, final, handles, entry_handles = tf.while_loop(
+  _, final, handles, entry_handles = grid.loop(
       lambda c, *_: c < grid.count, chunk,
       (0, tuple(state0), [rows[n].empty() for n in names],
-       [e.empty() for e in entries]),
-      parallel_iterations=_CHUNKS_IN_FLIGHT)
+       [e.empty() for e in entries]))
   written = {n: rows[n].stack(h) for n, h in zip(names, handles)}
   outputs = written["h"][:grid.total]
   # h is read back from the outputs: a kept copy would hold it twice.
@@ -932,11 +940,10 @@ def _backward(spec, recompute, use_xla, x, weights, outputs, kept, entries,
     dx_handle = dx_blocks.write(dx_handle, c, dx_block)
     return c - 1, dstate, grads, dx_handle
 
-  _, dstate0, grads, dx_handle = tf.while_loop(
+  _, dstate0, grads, dx_handle = grid.loop(
       lambda c, *_: c >= 0, chunk,
       (grid.count - 1, tuple(d_final),
-       [tf.zeros_like(weights[k]) for k in grad_names], dx_blocks.empty()),
-      parallel_iterations=_CHUNKS_IN_FLIGHT)
+       [tf.zeros_like(weights[k]) for k in grad_names], dx_blocks.empty()))
   return (grid.join(dx_blocks, dx_handle), list(dstate0),
           cell.external_grads(dict(zip(grad_names, grads))))
 
