@@ -18,9 +18,15 @@ The fused op has no XNNPack kernel and runs on one thread whatever
 threads XNNPack's thread pool costs the loop more than it saves on a
 `[1, D] x [D, 4H]` product, which inflates the speed-up).
 
+With `--proj_size=P` the model is a `tf_recurrent.ProjectedLSTM(H,
+proj_size=P)` (which Keras 3 lacks), converted twice: by
+`tf_recurrent.tflite.convert` (the fused op with its projection weights)
+and by `converter.convert()` (a WHILE loop); no sizes are printed.
+
 Usage:
 
     python -m benchmarks.bench_tflite            # B=1, T=100, D=H=128
+    python -m benchmarks.bench_tflite --proj_size=64
     python -m benchmarks.bench_tflite --threads=2 --noxnnpack
     python -m benchmarks.bench_tflite --length=5 --input=4 --hidden=4 \
         --rounds=2 --invokes=2 --json=/tmp/tflite.json
@@ -49,11 +55,14 @@ flags.DEFINE_integer("invokes", 20, "Interpreter calls per model per round.")
 flags.DEFINE_integer("threads", 1, "Interpreter threads.")
 flags.DEFINE_bool("xnnpack", True, "Apply the interpreter's default XNNPack "
                   "delegate.")
+flags.DEFINE_integer("proj_size", 0, "Above 0: a ProjectedLSTM's fused op "
+                     "against its WHILE loop.")
 flags.DEFINE_string("json", "", "Also write the results here.")
 
 
-def build_models(length: int, features: int, units: int):
-  """(tf_recurrent model, keras model) with the same weights."""
+def build_models(length: int, features: int, units: int, proj_size: int = 0):
+  """(tf_recurrent model, keras model) with the same weights; with a
+  proj_size, the ProjectedLSTM model twice."""
   import keras  # pylint: disable=g-import-not-at-top
   import tf_recurrent  # pylint: disable=g-import-not-at-top
   keras.utils.set_random_seed(0)
@@ -61,6 +70,10 @@ def build_models(length: int, features: int, units: int):
   def model(layer):
     return keras.Sequential([keras.Input((length, features), batch_size=1),
                              layer])
+  if proj_size:
+    projected = model(tf_recurrent.ProjectedLSTM(
+        units, proj_size=proj_size, return_sequences=True))
+    return projected, projected
   ours = model(tf_recurrent.LSTM(units, return_sequences=True))
   theirs = model(keras.layers.LSTM(units, return_sequences=True,
                                    use_cudnn=False))
@@ -68,13 +81,15 @@ def build_models(length: int, features: int, units: int):
   return ours, theirs
 
 
-def convert(model, configure: Callable[[object], None] = lambda c: None
-            ) -> bytes:
+def convert(model, configure: Callable[[object], None] = lambda c: None,
+            projections: bool = False) -> bytes:
+  """The model's flatbuffer (with `projections`, by `tflite.convert`)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tf_recurrent import tflite  # pylint: disable=g-import-not-at-top
   converter = tf.lite.TFLiteConverter.from_keras_model(model)
   configure(converter)
   with contextlib.redirect_stdout(io.StringIO()):  # Keras's export log.
-    return converter.convert()
+    return tflite.convert(converter) if projections else converter.convert()
 
 
 def interleaved_medians(invokers: Dict[str, Callable[[], None]], rounds: int,
@@ -100,7 +115,7 @@ def main(argv):
   from tf_recurrent import tflite  # pylint: disable=g-import-not-at-top
 
   length, features, units = FLAGS.length, FLAGS.input, FLAGS.hidden
-  ours, theirs = build_models(length, features, units)
+  ours, theirs = build_models(length, features, units, FLAGS.proj_size)
   rng = np.random.default_rng(0)
   x = rng.normal(size=[1, length, features]).astype(np.float32)
   data = rng.normal(size=[32, 1, length, features]).astype(np.float32)
@@ -113,13 +128,22 @@ def main(argv):
     converter.representative_dataset = lambda: ([d] for d in data)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
 
-  flatbuffers = {
-      "tf_recurrent.LSTM (fused)": convert(ours),
-      "keras.layers.LSTM (WHILE)": convert(theirs),
-  }
-  sizes = {"float": len(flatbuffers["tf_recurrent.LSTM (fused)"]),
-           "dynamic range": len(convert(ours, dynamic_range)),
-           "int8": len(convert(ours, int8))}
+  if FLAGS.proj_size:
+    flatbuffers = {
+        "tf_recurrent.ProjectedLSTM (fused, tflite.convert)": convert(
+            ours, projections=True),
+        "tf_recurrent.ProjectedLSTM (WHILE, converter.convert)": convert(
+            theirs),
+    }
+    sizes = {}
+  else:
+    flatbuffers = {
+        "tf_recurrent.LSTM (fused)": convert(ours),
+        "keras.layers.LSTM (WHILE)": convert(theirs),
+    }
+    sizes = {"float": len(flatbuffers["tf_recurrent.LSTM (fused)"]),
+             "dynamic range": len(convert(ours, dynamic_range)),
+             "int8": len(convert(ours, int8))}
 
   invokers = {}
   errors = {}
@@ -140,7 +164,8 @@ def main(argv):
   medians = interleaved_medians(invokers, FLAGS.rounds, FLAGS.invokes)
 
   env = environment()
-  print(f"TFLite interpreter, B=1 T={length} D={features} H={units}, "
+  print(f"TFLite interpreter, B=1 T={length} D={features} H={units}"
+        f"{f' P={FLAGS.proj_size}' if FLAGS.proj_size else ''}, "
         f"{FLAGS.threads} thread(s), XNNPack "
         f"{'on' if FLAGS.xnnpack else 'off'}, median of {FLAGS.rounds} "
         f"interleaved rounds x {FLAGS.invokes} calls; {env}")
@@ -156,14 +181,16 @@ def main(argv):
           f"{errors[name]:.1e} |")
   first, second = (medians[n] for n in flatbuffers)
   print(f"fused speed-up: {second / first:.2f}x")
-  print("| fused model | bytes | vs float |")
-  print("|---|---|---|")
-  for kind, size in sizes.items():
-    print(f"| {kind} | {size} | {sizes['float'] / size:.2f}x smaller |")
+  if sizes:
+    print("| fused model | bytes | vs float |")
+    print("|---|---|---|")
+    for kind, size in sizes.items():
+      print(f"| {kind} | {size} | {sizes['float'] / size:.2f}x smaller |")
   if FLAGS.json:
     with open(FLAGS.json, "w") as f:
       json.dump({"environment": env, "length": length, "input": features,
-                 "hidden": units, "threads": FLAGS.threads,
+                 "hidden": units, "proj_size": FLAGS.proj_size,
+                 "threads": FLAGS.threads,
                  "xnnpack": FLAGS.xnnpack, "rows": rows,
                  "speedup": second / first, "sizes": sizes}, f, indent=1)
 

@@ -104,12 +104,13 @@ def test_convlstm_benchmark_smoke(tmp_path):
   assert "| ConvLSTM3D | no XLA |" in report
 
 
-def test_tflite_benchmark_smoke(tmp_path, tflite_converter):
+@pytest.mark.parametrize("proj_size", [0, 3])
+def test_tflite_benchmark_smoke(tmp_path, tflite_converter, proj_size):
   del tflite_converter  # Skips where TFLite converts no Keras model.
   proc = subprocess.run(
       [sys.executable, "-m", "benchmarks.bench_tflite", "--length=5",
        "--input=4", "--hidden=4", "--rounds=2", "--invokes=2",
-       f"--json={tmp_path / 'tflite.json'}"],
+       f"--proj_size={proj_size}", f"--json={tmp_path / 'tflite.json'}"],
       capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   results = json.loads((tmp_path / "tflite.json").read_text())
@@ -118,7 +119,8 @@ def test_tflite_benchmark_smoke(tmp_path, tflite_converter):
   assert "WHILE" in loop["ops"]
   for row in results["rows"]:
     assert row["us_per_call"] > 0 and row["max_error"] < 1e-5
-  assert set(results["sizes"]) == {"float", "dynamic range", "int8"}
+  assert set(results["sizes"]) == (
+      set() if proj_size else {"float", "dynamic range", "int8"})
 
 
 def test_dynamic_rnn_benchmark_smoke(tmp_path):
