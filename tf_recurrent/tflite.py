@@ -295,6 +295,15 @@ def op_names(model_content: bytes) -> List[str]:
                 for op in (subgraph.operators or []))
 
 
+def _fused_lstm_codes(model) -> set:
+  """The operator-code indices of UNIDIRECTIONAL_SEQUENCE_LSTM in a model
+  (`flatbuffer_utils`' object form)."""
+  from tensorflow.lite.python import schema_py_generated as schema  # pylint: disable=g-import-not-at-top
+  return {i for i, code in enumerate(model.operatorCodes)
+          if max(code.builtinCode, code.deprecatedBuiltinCode) ==
+          schema.BuiltinOperator.UNIDIRECTIONAL_SEQUENCE_LSTM}
+
+
 def without_cell_clip(model_content: bytes) -> bytes:
   """The model with its fused float LSTMs' cell-state clipping turned off.
 
@@ -317,9 +326,7 @@ def without_cell_clip(model_content: bytes) -> bytes:
   from tensorflow.lite.python import schema_py_generated as schema  # pylint: disable=g-import-not-at-top
   from tensorflow.lite.tools import flatbuffer_utils  # pylint: disable=g-import-not-at-top
   model = flatbuffer_utils.read_model_from_bytearray(bytearray(model_content))
-  fused = {i for i, code in enumerate(model.operatorCodes)
-           if max(code.builtinCode, code.deprecatedBuiltinCode) ==
-           schema.BuiltinOperator.UNIDIRECTIONAL_SEQUENCE_LSTM}
+  fused = _fused_lstm_codes(model)
   for subgraph in model.subgraphs:
     for op in subgraph.operators or []:
       if (op.opcodeIndex in fused and
@@ -395,9 +402,7 @@ def _with_projections(model_content: bytes,
   from tensorflow.lite.python import schema_py_generated as schema  # pylint: disable=g-import-not-at-top
   from tensorflow.lite.tools import flatbuffer_utils  # pylint: disable=g-import-not-at-top
   model = flatbuffer_utils.read_model_from_bytearray(bytearray(model_content))
-  fused = {i for i, code in enumerate(model.operatorCodes)
-           if max(code.builtinCode, code.deprecatedBuiltinCode) ==
-           schema.BuiltinOperator.UNIDIRECTIONAL_SEQUENCE_LSTM}
+  fused = _fused_lstm_codes(model)
 
   def constant(subgraph, index) -> Optional[np.ndarray]:
     tensor = subgraph.tensors[index] if index >= 0 else None
