@@ -12,6 +12,9 @@ layer call that needs no gradient takes this path instead:
   function by one fused `UNIDIRECTIONAL_SEQUENCE_LSTM` op when the batch
   size is static and only its first two results (last output, outputs) are
   read; otherwise it converts the function's body, a builtin `WHILE` loop.
+  While `convert` runs, a float32 projected LSTM does too, and `convert`
+  then writes its projection into the fused op (the contract has no
+  argument for it);
 * any other cell (GRU, SimpleRNN, ConvLSTM, a user's cell, a masked LSTM)
   runs `run_cell`, a `tf.while_loop` writing rows into a `tf.TensorArray`
   whose element shape is static: a builtin `WHILE` loop after conversion.
