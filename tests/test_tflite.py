@@ -318,12 +318,13 @@ def test_convert_fuses_projected_lstms_and_matches_keras(name):
                              rtol=0, atol=1e-5)
 
 
-def test_convert_projects_every_fused_projected_lstm(monkeypatch):
+@pytest.mark.parametrize("proj_size", [H - 1, H])
+def test_convert_projects_every_fused_projected_lstm(monkeypatch, proj_size):
   """The converter's fused op is P wide but does not project: without the
-  projection `convert` writes in, its outputs are wrong, and a P-wide
-  fused op left without one is an error."""
+  projection `convert` writes in, its outputs are wrong, and a fused op
+  left without one that could be a projected LSTM's is an error."""
   keras.utils.set_random_seed(7)
-  model = sequential(projected(return_sequences=True))()
+  model = sequential(projected(proj_size, return_sequences=True))()
   traced = []
   monkeypatch.setattr(tflite, "_with_projections",
                       lambda content, projections: traced.extend(
@@ -336,8 +337,14 @@ def test_convert_projects_every_fused_projected_lstm(monkeypatch):
   assert_ops(unprojected, 1)
   x = case_inputs("projection", model)[0]
   assert np.abs(interpret(unprojected, [x])[0] - model(x)).max() > 1e-2
-  with pytest.raises(ValueError, match="h 3 and c 4 wide but no projection"):
-    tflite._with_projections(unprojected, [])  # pylint: disable=protected-access
+  wide = f"h {proj_size} and c {H} wide and no projection"
+  if proj_size != H:  # h narrower than c: no plain LSTM's.
+    with pytest.raises(ValueError, match=wide):
+      tflite._with_projections(unprojected, [])  # pylint: disable=protected-access
+  # A traced projected LSTM whose kernels no op holds, of the op's widths.
+  with pytest.raises(ValueError, match=wide):
+    tflite._with_projections(unprojected, [traced[0]._replace(  # pylint: disable=protected-access
+        kernel=traced[0].kernel + 1.0)])
   projected_model = tflite._with_projections(unprojected, traced)  # pylint: disable=protected-access
   np.testing.assert_allclose(interpret(projected_model, [x])[0], model(x),
                              rtol=0, atol=1e-5)

@@ -429,20 +429,20 @@ def _with_projections(model_content: bytes,
         return traced
     return None
 
+  unprojected = []  # (h, c) widths of the fused ops left as they are.
+  matched = []
   for subgraph in model.subgraphs:
     for op in subgraph.operators or []:
       if op.opcodeIndex not in fused or len(op.inputs) <= _CELL_STATE:
         continue
       traced = traced_from(subgraph, op)
       if traced is None:
-        widths = [subgraph.tensors[op.inputs[k]].shape[-1]
-                  for k in (_OUTPUT_STATE, _CELL_STATE)]
-        if widths[0] != widths[1] and op.inputs[_PROJECTION_WEIGHTS] < 0:
-          raise ValueError(
-              f"A fused LSTM has h {widths[0]} and c {widths[1]} wide but no "
-              "projection, and none of the projected LSTMs traced has its "
-              "kernels. Convert with converter.convert() (a loop) instead.")
+        if op.inputs[_PROJECTION_WEIGHTS] < 0:
+          unprojected.append(tuple(
+              subgraph.tensors[op.inputs[k]].shape[-1]
+              for k in (_OUTPUT_STATE, _CELL_STATE)))
         continue
+      matched.append(traced)
       weights = np.ascontiguousarray(traced.projection.T)
       buffer = schema.BufferT()
       buffer.data = np.frombuffer(weights.tobytes(), np.uint8)
@@ -454,6 +454,21 @@ def _with_projections(model_content: bytes,
       tensor.name = b"projection_weights"
       subgraph.tensors.append(tensor)
       op.inputs[_PROJECTION_WEIGHTS] = len(subgraph.tensors) - 1
+  # A fused op left without a projection must be a plain LSTM's: h as wide
+  # as c, and (should a traced projected LSTM have found no op, as when
+  # the converter ran its function's body instead) not of that LSTM's
+  # widths, which could be it unmatched.
+  def key(t):  # A model traced twice records each layer twice.
+    return tuple(a.tobytes() for a in t)
+  found = {key(t) for t in matched}
+  unmatched = {t.projection.shape[::-1] for t in projections
+               if key(t) not in found}
+  for h, c in unprojected:
+    if h != c or (h, c) in unmatched:
+      raise ValueError(
+          f"A fused LSTM has h {h} and c {c} wide and no projection, and "
+          "no projected LSTM traced was matched to it by its kernels. "
+          "Convert with converter.convert() (a loop) instead.")
   return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 
