@@ -349,8 +349,8 @@ def convert(converter: tf.lite.TFLiteConverter) -> bytes:
   projected LSTM (unmasked, default activations, as for the plain LSTM) is
   traced as the converter's LSTM function with a P-wide recurrent kernel,
   and its projection is then written into the fused op it became (found by
-  its kernels' values; a fused op left P wide without its projection is an
-  error, never a silent wrong model). Everything else converts as with
+  its kernels' values; a fused op left without a projection that could be
+  a projected LSTM's is an error, never a silent wrong model). Everything else converts as with
   `converter.convert()`. With `converter.optimizations` set (quantization)
   projected LSTMs stay loops: the quantized fused op would need a quantized
   projection. Not thread-safe: one `convert` at a time.
