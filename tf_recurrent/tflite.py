@@ -501,12 +501,14 @@ def inner_loop(layer, sequences, time_major, initial_state, mask,
   if fused_lstm and mask is None:
     dtype = cell.compute_dtype
     bias = cell.bias if cell.use_bias else tf.zeros([4 * cell.units], dtype)
+    projection_value = None
     if projection is not None:
-      projection = _Projection(*(_value(w) for w in (
+      traced = _Projection(*(_value(w) for w in (
           projection, cell.kernel, cell.recurrent_kernel)))
-      _projections.append(projection)
-      projection = projection.projection
-    last, outputs, h, c, _ = lstm_function(layer.go_backwards, projection)(
+      _projections.append(traced)
+      projection_value = traced.projection
+    last, outputs, h, c, _ = lstm_function(layer.go_backwards,
+                                           projection_value)(
         *[tf.cast(t, dtype) for t in (
             sequences, initial_state[0], initial_state[1], cell.kernel,
             cell.recurrent_kernel, bias)])
