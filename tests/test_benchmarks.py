@@ -4,6 +4,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -83,6 +84,41 @@ def test_op_profile_smoke():
   rows = [l for l in proc.stdout.splitlines() if l.startswith("| ")
           and not l.startswith("| op type")]
   assert len(rows) == 6, proc.stdout
+
+
+def test_rows_profile_smoke():
+  proc = subprocess.run(
+      [sys.executable, "-m", "benchmarks.profile_rows", "--batch=2",
+       "--hidden=3", "--steps=4", "--chunks=2", "--repeats=1"],
+      capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rows = [l for l in proc.stdout.splitlines() if l.startswith("| ")
+          and not l.startswith("| kept")]
+  assert [r.split(" | ")[0] for r in rows] == [
+      "| nothing", "| one buffer", "| a buffer per chunk (2)",
+      "| TensorList", "| TensorList, stacked"], proc.stdout
+  # The reason the kept rows are dense: a TensorList capture cannot be
+  # saved, a dense one can.
+  assert "- as a TensorList: KeyError" in proc.stdout, proc.stdout
+  assert "- as a dense tensor: saved" in proc.stdout, proc.stdout
+
+
+def test_xla_profile_smoke():
+  proc = subprocess.run(
+      [sys.executable, "-m", "benchmarks.profile_xla", "--batch=2",
+       "--steps=5", "--input=3", "--hidden=4", "--top=3", "--repeats=1"],
+      capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "### ours: tf_recurrent.LSTM" in proc.stdout, proc.stdout
+  assert "### keras: keras.layers.LSTM" in proc.stdout, proc.stdout
+  rows = [l.split(" | ") for l in proc.stdout.splitlines()
+          if l.startswith("| ") and not l.startswith("| HLO")]
+  # Each layer's three costliest HLOs, each launched at least once a call
+  # and timed (in us: tiny shapes round to 0.00 ms).
+  assert len(rows) == 6, proc.stdout
+  assert all(float(r[3]) > 0 and float(r[4].rstrip(" |")) > 0
+             for r in rows), proc.stdout
+  assert len(re.findall(r"HLO time [0-9.]+ ms per call", proc.stdout)) == 2
 
 
 def test_convlstm_benchmark_smoke(tmp_path):
