@@ -17,6 +17,28 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULT_PREFIX = "RESULT "
 
 
+def define_layer_flags(hidden: int) -> None:
+  """Flags naming one recurrent layer, its shapes and whose layers to profile
+  (`profile_ops`, `profile_xla`); `hidden` is the default H."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  flags.DEFINE_string("layer", "LSTM", "LSTM, GRU or SimpleRNN.")
+  flags.DEFINE_integer("batch", 256, "Batch size B.")
+  flags.DEFINE_integer("steps", 120, "Sequence length T.")
+  flags.DEFINE_integer("input", 8, "Input features D.")
+  flags.DEFINE_integer("hidden", hidden, "Units H.")
+  flags.DEFINE_list("impls", ["ours", "keras"], "Whose layer, in this order.")
+
+
+def layer_module(impl: str):
+  """`(public name, module)` of whose layers: "ours" (tf_recurrent) or
+  "keras" (keras.layers; Keras before 3.6 reports it as keras.api.layers)."""
+  if impl == "ours":
+    import tf_recurrent  # pylint: disable=g-import-not-at-top
+    return "tf_recurrent", tf_recurrent
+  import keras  # pylint: disable=g-import-not-at-top
+  return "keras.layers", keras.layers
+
+
 def peak_rss_bytes() -> int:
   """This process's peak resident set size.
 

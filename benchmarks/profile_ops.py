@@ -20,13 +20,11 @@ import time
 from absl import app
 from absl import flags
 
+from benchmarks.common import define_layer_flags
+from benchmarks.common import layer_module
+
 FLAGS = flags.FLAGS
-flags.DEFINE_string("layer", "LSTM", "LSTM, GRU or SimpleRNN.")
-flags.DEFINE_integer("batch", 256, "Batch size B.")
-flags.DEFINE_integer("steps", 120, "Sequence length T.")
-flags.DEFINE_integer("input", 8, "Input features D.")
-flags.DEFINE_integer("hidden", 128, "Units H.")
-flags.DEFINE_list("impls", ["ours", "keras"], "Whose layer, in this order.")
+define_layer_flags(hidden=128)
 flags.DEFINE_integer("top", 15, "Rows per table.")
 
 
@@ -34,16 +32,12 @@ def profile(impl: str) -> str:
   """The op-type table of one layer's training step, as markdown."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import keras  # pylint: disable=g-import-not-at-top
-  import tf_recurrent  # pylint: disable=g-import-not-at-top
 
   graph = tf.Graph()
   with graph.as_default():
     shape = [FLAGS.batch, FLAGS.steps, FLAGS.input]
     x = tf.compat.v1.placeholder(tf.float32, shape)
-    # The public names (Keras before 3.6 reports keras.api.layers).
-    module_name, module = (("tf_recurrent", tf_recurrent) if impl == "ours"
-                           else ("keras.layers", keras.layers))
+    module_name, module = layer_module(impl)
     layer = getattr(module, FLAGS.layer)(FLAGS.hidden, return_sequences=True)
     loss = tf.reduce_sum(tf.square(layer(x, training=True)))
     grads = tf.gradients(loss, [x] + layer.trainable_weights)

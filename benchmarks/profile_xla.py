@@ -30,14 +30,12 @@ import time
 from absl import app
 from absl import flags
 
+from benchmarks.common import define_layer_flags
+from benchmarks.common import layer_module
+
 FLAGS = flags.FLAGS
-flags.DEFINE_string("layer", "LSTM", "LSTM, GRU or SimpleRNN.")
-flags.DEFINE_integer("batch", 256, "Batch size B.")
-flags.DEFINE_integer("steps", 120, "Sequence length T.")
-flags.DEFINE_integer("input", 8, "Input features D.")
-flags.DEFINE_integer("hidden", 32, "Units H.")
+define_layer_flags(hidden=32)
 flags.DEFINE_bool("sequences", False, "Return every step's output.")
-flags.DEFINE_list("impls", ["ours", "keras"], "Whose layer, in this order.")
 flags.DEFINE_integer("repeats", 3, "Profiled calls.")
 flags.DEFINE_integer("top", 20, "Rows per table.")
 
@@ -84,11 +82,8 @@ def profile(impl: str) -> str:
   """The HLO table of one layer's XLA training step, as markdown."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import keras  # pylint: disable=g-import-not-at-top
-  import tf_recurrent  # pylint: disable=g-import-not-at-top
 
-  module_name, module = (("tf_recurrent", tf_recurrent) if impl == "ours"
-                         else ("keras.layers", keras.layers))
+  module_name, module = layer_module(impl)
   layer = getattr(module, FLAGS.layer)(FLAGS.hidden,
                                        return_sequences=FLAGS.sequences)
   shape = [FLAGS.batch, FLAGS.steps, FLAGS.input]
