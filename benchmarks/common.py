@@ -1,5 +1,6 @@
 """What every benchmark here shares: the environment line, peak memory,
-interleaved medians and fresh child processes."""
+interleaved medians, fresh child processes, and the profiles' choice of
+layer."""
 
 import concurrent.futures
 import json
