@@ -185,6 +185,26 @@ def values_and_grads(mode, build, feed=None):
                          rest[0] if rest else feed)
 
 
+def record_output_gradients(monkeypatch):
+  """Patches the chunked loops' backward pass to record, per trace or call,
+  whether it was given no outputs' gradient (None: nothing read the outputs);
+  returns the list it appends to. The loop functions made so far are
+  dropped, so that the next call makes them with the recorder."""
+  from tf_recurrent import sequence  # pylint: disable=g-import-not-at-top
+  seen = []
+  backward = sequence._backward  # pylint: disable=protected-access
+
+  def recording(spec, recompute, use_xla, x, weights, outputs, kept, entries,
+                d_outputs, *rest, **kwargs):
+    seen.append(d_outputs is None)
+    return backward(spec, recompute, use_xla, x, weights, outputs, kept,
+                    entries, d_outputs, *rest, **kwargs)
+
+  monkeypatch.setattr(sequence, "_backward", recording)
+  monkeypatch.setattr(sequence, "_loop_function_cache", {})
+  return seen
+
+
 def loop_values_and_grads(mode, make_inputs, fn, loss_of):
   """`values_and_grads` of one recurrent loop: `make_inputs() -> (sources,
   extras)` (built in the TF1 graph when there is one), `fn(*sources,

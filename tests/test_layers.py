@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import record_output_gradients
 import tf_recurrent
 from tf_recurrent import layers as layers_lib
 from tf_recurrent import op as op_lib
@@ -101,6 +102,23 @@ def test_every_cell_matches_keras(cell_name, mode):
   build_pair(ref, ours, x)
   assert_close(outputs_and_grads(ours, x, mode),
                outputs_and_grads(ref, x, "eager"))
+
+
+@pytest.mark.parametrize("layer_name", ["GRU", "SimpleRNN"])
+@pytest.mark.parametrize("return_sequences", [False, True])
+def test_last_output_alone_gives_the_loop_no_outputs_gradient(
+    monkeypatch, layer_name, return_sequences):
+  # The last output is the loop's final h: a model of it alone differentiates
+  # no outputs, so the loop's backward pass adds none (and equals Keras's).
+  seen = record_output_gradients(monkeypatch)
+  x = tf.random.normal([B, T, D], seed=3)
+  ref = getattr(keras.layers, layer_name)(H, return_sequences=return_sequences)
+  ours = getattr(tf_recurrent, layer_name)(H,
+                                            return_sequences=return_sequences)
+  build_pair(ref, ours, x)
+  assert_close(outputs_and_grads(ours, x, "function", training=True),
+               outputs_and_grads(ref, x, "eager", training=True))
+  assert seen and all(skipped != return_sequences for skipped in seen)
 
 
 OPTIONS = {

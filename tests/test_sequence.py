@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from conftest import GRAPH_MODES
 from conftest import assert_numerical_gradients
+from conftest import record_output_gradients
 from conftest import values_and_grads
 from tf_recurrent import fused_lstm
 from tf_recurrent import sequence
@@ -474,6 +475,34 @@ def test_bfloat16_inputs_float32_weights(mode, kind):
                            tf.nest.flatten(want_grads)):
     scale = np.abs(expected).max()
     np.testing.assert_allclose(got / scale, expected / scale, atol=0.05)
+
+
+@pytest.mark.parametrize("mode", GRAPH_MODES)
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_final_state_loss_adds_no_outputs_gradient(monkeypatch, mode, kind):
+  # A loss of the final state only: in a graph the outputs' gradient is
+  # zeros TensorFlow made, which the backward pass skips (eager zeros are
+  # values, added); the gradient is the unroll's either way.
+  seen = record_output_gradients(monkeypatch)
+  final_loss = lambda final: sum((i + 2.0) * tf.reduce_sum(tf.cos(f))
+                                 for i, f in enumerate(final))
+
+  def build(fn):
+    def run(watch):
+      x, state0, w = case(kind, 7)
+      watch([x, state0, w])
+      _, final = fn(x, state0, w)
+      return ([final], final_loss(final),
+              tf.nest.flatten([x, state0, w]))
+    return run
+
+  ours = values_and_grads(mode, build(
+      lambda x, s, w: run_kind(kind, x, s, w)))
+  want = values_and_grads("eager", build(
+      lambda x, s, w: unrolled(kind, x, s, w)))
+  for got, expected in zip(tf.nest.flatten(ours), tf.nest.flatten(want)):
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
+  assert seen and all(skipped == (mode != "eager") for skipped in seen)
 
 
 def test_chunk_grid():

@@ -370,7 +370,10 @@ class _RecurrentLoop:
       carried = _channels_to(carried, 2, last=False)
       final = [_channels_to(s, 1, last=False) for s in final]
     if mask is None:
-      return carried, final, carried[-1]
+      # The last output is h after the last step, the loop's final h: read
+      # there, a model that uses only the last output leaves the outputs
+      # without a gradient, and the backward pass adds no [T, B, H] zeros.
+      return carried, final, final[0]
     # A masked step's row is the carried h; Keras emits the previous output
     # (zeros before the first unmasked step), or zeros with
     # zero_output_for_mask.

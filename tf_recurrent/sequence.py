@@ -888,7 +888,11 @@ def _forward(spec, recompute, use_xla, x, state0, weights, chunk, mask=None,
 def _backward(spec, recompute, use_xla, x, weights, outputs, kept, entries,
               d_outputs, d_final, chunk, mask=None, dropout=None,
               zoneout=None):
-  """Runs the chunks in reverse; returns `(dx, d state0, d weights)`."""
+  """Runs the chunks in reverse; returns `(dx, d state0, d weights)`.
+
+  d_outputs is the outputs' `[T, B, H]` gradient, or None where nothing read
+  them (a model of the last output only): then no step adds one.
+  """
   cell = _cell(spec, recompute, use_xla, weights)
   grid = _Chunks(x, use_xla, chunk)
   w = _compute_weights(cell, weights, x.dtype, dropout)
@@ -912,7 +916,8 @@ def _backward(spec, recompute, use_xla, x, weights, outputs, kept, entries,
                                        else {"zone_block": zone_block}))
 
     def step(j, dstate, handle):
-      dh = dstate[0] + d_outputs[start + j]
+      dh = (dstate[0] if d_outputs is None
+            else dstate[0] + d_outputs[start + j])
       d_leaving = (dh,) + tuple(dstate[1:])
       if zone_block is None:
         d_entering, dz = cell.grad_step(w, prep, j, d_leaving)
@@ -946,6 +951,24 @@ def _backward(spec, recompute, use_xla, x, weights, outputs, kept, entries,
        [tf.zeros_like(weights[k]) for k in grad_names], dx_blocks.empty()))
   return (grid.join(dx_blocks, dx_handle), list(dstate0),
           cell.external_grads(dict(zip(grad_names, grads))))
+
+
+def _filled_with_zeros(gradient) -> bool:
+  """Whether `gradient` is zeros TensorFlow made for an output nothing read:
+  a graph's `ZerosLike` (`tf.gradients`), or a tape's zeros, a `Fill` of 0
+  (a constant under 1000 elements). Eager zeros are values, and are added
+  as any gradient."""
+  op = getattr(gradient, "op", None)
+  if op is None or tf.executing_eagerly() or isinstance(
+      gradient, tf.IndexedSlices):
+    return False
+  if op.type == "ZerosLike":
+    return True
+  if op.type in ("Fill", "Const"):
+    value = tf.get_static_value(op.inputs[1] if op.type == "Fill"
+                                else gradient)
+    return value is not None and not value.any()
+  return False
 
 
 def _zone_block(grid: "_Chunks", zoneout, start, dtype):
@@ -1150,7 +1173,8 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
                                                zoneout)
 
     def grad_fn(d_outputs, *d_final):
-      d_outputs = (tf.zeros_like(outputs) if d_outputs is None
+      # None: the backward pass adds no output gradient (`_backward`).
+      d_outputs = (None if d_outputs is None or _filled_with_zeros(d_outputs)
                    else tf.cast(d_outputs, x.dtype))
       d_final = [tf.zeros_like(s) if d is None else tf.cast(d, s.dtype)
                  for s, d in zip(final, d_final)]
