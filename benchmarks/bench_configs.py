@@ -5,7 +5,15 @@ Each configuration (a masked LSTM, a masked GRU, ...) is run as
 inputs and mask (for the cells Keras 3 does not ship, peephole,
 layer-norm, projected and zoneout, Keras's loop `keras.layers.RNN` of our
 `<Layer>Cell`), one full training step each (forward over T steps, a loss
-over every step's output, the gradients of all weights). Reported:
+over every step's output, the gradients of all weights). The "op" rows run
+`tf_recurrent.recurrent` itself with an LSTM `cell_fn` and its default
+gradient (the weights passed in theta, as Lingvo does) against
+`keras.layers.LSTM`.
+
+Modes (--modes): "tf", a `tf.function` without XLA (what Keras 3's
+`compile()` gives); "xla", `jit_compile=True`; "tf1", a TF1 graph
+differentiated by `tf.gradients` and run by a `Session` (Lingvo's and
+TF1 users' mode), for the op rows only. Reported:
 
 * time: per (configuration, mode, T) both layers are warmed up, then timed
   interleaved (ours, Keras, Keras, ours, ...) for --repeats rounds each; the
@@ -23,6 +31,8 @@ Usage:
     python -m benchmarks.bench_configs                  # full run
     python -m benchmarks.bench_configs --lengths=6 --batch=2 --input=3 \
         --hidden=4 --memory_hidden=4 --memory_lengths=6,12 --out_dir=/tmp/c
+    python -m benchmarks.bench_configs --only="op LSTM cell_fn" \
+        --modes=tf1,tf --lengths=250 --nomemory
 
 Writes CONFIGS.md and configs.json into --out_dir.
 """
@@ -49,13 +59,16 @@ flags.DEFINE_integer("memory_hidden", 512, "Units H for memory.")
 flags.DEFINE_list("memory_lengths", ["250", "1250"], "Two lengths for memory.")
 flags.DEFINE_integer("repeats", 3, "Timed rounds per layer (median kept).")
 flags.DEFINE_list("only", [], "Run only these configurations.")
-flags.DEFINE_list("modes", ["tf", "xla"], "tf (no XLA) and/or xla.")
+flags.DEFINE_list("modes", ["tf", "xla", "tf1"],
+                  "tf (no XLA), xla and/or tf1 (a TF1 graph and Session: the "
+                  "op rows only).")
 flags.DEFINE_bool("memory", True, "Measure the memory slopes.")
 flags.DEFINE_string("out_dir", os.path.dirname(os.path.abspath(__file__)),
                     "Where to write the results.")
 flags.DEFINE_string("memory_child", "", "Internal: measure one case and exit.")
 
 _USER_CELL = "custom_cells.UserLayerNormLSTMCell"
+_OP_LSTM = "recurrent(LSTM cell_fn)"
 # name: (layer class name, layer options, masked).
 CONFIGS = {
     "LSTM plain": ("LSTM", {}, False),
@@ -81,8 +94,14 @@ CONFIGS = {
     "user LayerNorm LSTM cell": (_USER_CELL, {}, False),
     "user LayerNorm LSTM cell xla_steps=False": (
         _USER_CELL, {"xla_steps": False}, False),
+    # The op with an LSTM cell_fn and its default gradient (each step
+    # recomputed and differentiated), against keras.layers.LSTM.
+    "op LSTM cell_fn": (_OP_LSTM, {}, False),
+    "op LSTM cell_fn xla_steps=False": (_OP_LSTM, {"xla_steps": False},
+                                        False),
 }
 IMPLS = ("ours", "keras")
+MODE_NAMES = {"tf": "no XLA", "xla": "XLA", "tf1": "TF1 graph"}
 # The user's cell also in JAX (lax.scan, plain and jax.checkpoint), timed
 # beside the XLA rows where JAX is installed (it is no dependency).
 JAX_IMPLS = ("jax", "jax checkpoint")
@@ -95,10 +114,51 @@ def right_padded_mask(B: int, T: int):
   return np.arange(T)[None, :] < lengths[:, None]
 
 
+def _lstm_cell_fn(theta, state, x_t):
+  """An LSTM step as `tf_recurrent.recurrent` takes it (Keras's gates)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  z = (tf.matmul(x_t, theta["kernel"]) +
+       tf.matmul(state["h"], theta["recurrent_kernel"]) + theta["bias"])
+  i, f, g, o = tf.split(z, 4, axis=-1)
+  c = tf.sigmoid(f) * state["c"] + tf.sigmoid(i) * tf.tanh(g)
+  return {"h": tf.sigmoid(o) * tf.tanh(c), "c": c}, []
+
+
+def _op_outputs(weights, options, x, H: int):
+  """The op's `[B, T, H]` outputs over `x`, the weights read into theta."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tf_recurrent  # pylint: disable=g-import-not-at-top
+  theta = {name: tf.convert_to_tensor(w) for name, w in
+           zip(("kernel", "recurrent_kernel", "bias"), weights)}
+  zeros = tf.zeros([x.shape[0], H])
+  # The loss reads h only: c's rows need no gradient tensor.
+  acc, _ = tf_recurrent.recurrent(
+      theta, {"h": zeros, "c": zeros}, tf.transpose(x, [1, 0, 2]),
+      _lstm_cell_fn, accumulate_state={"h": True, "c": False}, **options)
+  return tf.transpose(acc["h"], [1, 0, 2])
+
+
 def build_step(config: str, impl: str, T: int, B: int, D: int, H: int,
-               jit: bool) -> Callable[[], object]:
-  """A zero-argument callable running one training step."""
+               mode: str) -> Callable[[], object]:
+  """A zero-argument callable running one training step in `mode`."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if mode != "tf1":
+    return _build(config, impl, T, B, D, H, mode == "xla")
+  graph = tf.Graph()
+  with graph.as_default():
+    grads = _build(config, impl, T, B, D, H, jit=False, graph=True)
+    init = tf.compat.v1.global_variables_initializer()
+  session = tf.compat.v1.Session(graph=graph)
+  session.run(init)
+  return lambda: session.run(grads)
+
+
+def _build(config: str, impl: str, T: int, B: int, D: int, H: int,
+           jit: bool, graph: bool = False):
+  """A callable running one training step, or in a TF1 graph (`graph`)
+  the step's gradient tensors."""
   import keras  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_recurrent  # pylint: disable=g-import-not-at-top
 
@@ -107,35 +167,57 @@ def build_step(config: str, impl: str, T: int, B: int, D: int, H: int,
     from benchmarks.common import jax_lstm_step  # pylint: disable=g-import-not-at-top
     return jax_lstm_step(T, B, D, H, checkpoint=impl == "jax checkpoint",
                          final_only=False, layer_norm=True)
-  if layer_name == _USER_CELL:
-    from benchmarks import custom_cells  # pylint: disable=g-import-not-at-top
-    cell = custom_cells.UserLayerNormLSTMCell(H)
-    layer = (tf_recurrent.RNN(cell, return_sequences=True, **options)
-             if impl == "ours" else
-             keras.layers.RNN(cell, return_sequences=True))
-  elif impl == "ours":
-    layer = getattr(tf_recurrent, layer_name)(H, return_sequences=True,
-                                               **options)
-  elif not hasattr(keras.layers, layer_name):  # Keras's loop, our cell.
-    cell = getattr(tf_recurrent, layer_name + "Cell")(H, **options)
-    layer = keras.layers.RNN(cell, return_sequences=True)
-  else:
-    if layer_name != "SimpleRNN":  # Keras's LSTM/GRU only.
-      options = {**options, "use_cudnn": False}
-    layer = getattr(keras.layers, layer_name)(H, return_sequences=True,
-                                              **options)
-  layer.build((B, T, D))
   x = tf.random.Generator.from_seed(0).normal([B, T, D])
   mask = tf.constant(right_padded_mask(B, T)) if masked else None
-  weights = layer.trainable_weights
+  if layer_name == _OP_LSTM and impl == "ours":
+    rng = np.random.default_rng(0)
+    weights = [tf.Variable(rng.normal(size=shape).astype("float32") * 0.05)
+               for shape in ([D, 4 * H], [H, 4 * H], [4 * H])]
+
+    def outputs():
+      return _op_outputs(weights, options, x, H)
+  else:
+    layer = _layer(layer_name, options, impl, H, keras, tf_recurrent)
+    layer.build((B, T, D))
+    weights = layer.trainable_weights
+
+    def outputs():
+      return layer(x, mask=mask, training=True)
+
+  if graph:
+    loss = tf.reduce_mean(tf.square(outputs()))
+    return tf.gradients(loss, [w.value if isinstance(w, keras.Variable)
+                               else w for w in weights])
 
   @tf.function(jit_compile=jit)
   def step():
     with tf.GradientTape() as tape:
-      loss = tf.reduce_mean(tf.square(layer(x, mask=mask, training=True)))
+      loss = tf.reduce_mean(tf.square(outputs()))
     return tape.gradient(loss, weights)
 
   return lambda: [g.numpy() for g in step()]
+
+
+def _layer(layer_name: str, options, impl: str, H: int, keras, tf_recurrent):
+  """The configuration's layer: ours or Keras's."""
+  if layer_name == _OP_LSTM:  # Keras's peer of the op.
+    return keras.layers.LSTM(H, return_sequences=True, use_cudnn=False)
+  if layer_name == _USER_CELL:
+    from benchmarks import custom_cells  # pylint: disable=g-import-not-at-top
+    cell = custom_cells.UserLayerNormLSTMCell(H)
+    return (tf_recurrent.RNN(cell, return_sequences=True, **options)
+            if impl == "ours" else
+            keras.layers.RNN(cell, return_sequences=True))
+  if impl == "ours":
+    return getattr(tf_recurrent, layer_name)(H, return_sequences=True,
+                                              **options)
+  if not hasattr(keras.layers, layer_name):  # Keras's loop, our cell.
+    cell = getattr(tf_recurrent, layer_name + "Cell")(H, **options)
+    return keras.layers.RNN(cell, return_sequences=True)
+  if layer_name != "SimpleRNN":  # Keras's LSTM/GRU only.
+    options = {**options, "use_cudnn": False}
+  return getattr(keras.layers, layer_name)(H, return_sequences=True,
+                                           **options)
 
 
 def _jax_peer(config: str) -> bool:
@@ -149,11 +231,11 @@ def _jax_peer(config: str) -> bool:
   return True
 
 
-def time_pair(config: str, jit: bool, T: int) -> Dict[str, float]:
+def time_pair(config: str, mode: str, T: int) -> Dict[str, float]:
   """Median microseconds per time step of each layer, timed interleaved."""
-  impls = IMPLS + (JAX_IMPLS if jit and _jax_peer(config) else ())
+  impls = IMPLS + (JAX_IMPLS if mode == "xla" and _jax_peer(config) else ())
   steps = {impl: build_step(config, impl, T, FLAGS.batch, FLAGS.input,
-                            FLAGS.hidden, jit) for impl in impls}
+                            FLAGS.hidden, mode) for impl in impls}
   for step in steps.values():
     step()  # Trace and compile.
   seconds = {impl: [] for impl in impls}
@@ -167,18 +249,18 @@ def time_pair(config: str, jit: bool, T: int) -> Dict[str, float]:
 
 def memory_child(spec: str) -> None:
   """Runs one training step and prints the process's peak RSS in bytes."""
-  config, impl, jit, T = spec.split("|")
+  config, impl, mode, T = spec.split("|")
   step = build_step(config, impl, int(T), FLAGS.batch, FLAGS.input,
-                    FLAGS.memory_hidden, jit == "1")
+                    FLAGS.memory_hidden, mode)
   step()
   print(f"PEAK_RSS {peak_rss_bytes()}")
 
 
-def memory_slope(config: str, impl: str, jit: bool) -> Optional[float]:
+def memory_slope(config: str, impl: str, mode: str) -> Optional[float]:
   """Bytes per extra time step, or None if a child failed."""
   lengths = [int(t) for t in FLAGS.memory_lengths]
   peaks = peak_rss_of_children("benchmarks.bench_configs", [
-      [f"--memory_child={config}|{impl}|{int(jit)}|{T}",
+      [f"--memory_child={config}|{impl}|{mode}|{T}",
        f"--batch={FLAGS.batch}", f"--input={FLAGS.input}",
        f"--memory_hidden={FLAGS.memory_hidden}"] for T in lengths])
   if None in peaks:
@@ -218,7 +300,8 @@ def report(results: Dict) -> str:
     memory = row.get("memory_vs_state") or {}
     cells.append(" / ".join("-" if memory.get(i) is None else
                             f"{memory[i]:.2f}" for i in IMPLS))
-    lines.append(f"| {row['config']} | {'XLA' if row['xla'] else 'no XLA'} | "
+    mode = row.get("mode", "xla" if row["xla"] else "tf")
+    lines.append(f"| {row['config']} | {MODE_NAMES[mode]} | "
                  + " | ".join(cells) + " |")
   peers = [_jax_line(row, T) for row in results["rows"] for T in lengths
            if "jax" in row["us_per_step"][str(T)]]
@@ -245,15 +328,23 @@ def main(argv):
     raise app.UsageError(f"--only: unknown {sorted(unknown)}; the "
                          f"configurations are {list(CONFIGS)}.")
   configs = [c for c in CONFIGS if not FLAGS.only or c in FLAGS.only]
+  unknown = set(FLAGS.modes) - set(MODE_NAMES)
+  if unknown:
+    raise app.UsageError(f"--modes: unknown {sorted(unknown)}; the modes "
+                         f"are {list(MODE_NAMES)}.")
   lengths = [int(t) for t in FLAGS.lengths]
   results = {"environment": environment(), "lengths": lengths, "rows": []}
   for config in configs:
-    for jit in [m == "xla" for m in FLAGS.modes]:
-      row = {"config": config, "xla": jit, "us_per_step": {}}
+    # TF1 graphs are the op's mode (Lingvo's); the layers are Keras's.
+    modes = [m for m in FLAGS.modes
+             if m != "tf1" or CONFIGS[config][0] == _OP_LSTM]
+    for mode in modes:
+      row = {"config": config, "mode": mode, "xla": mode == "xla",
+             "us_per_step": {}}
       for T in lengths:
-        times = time_pair(config, jit, T)
+        times = time_pair(config, mode, T)
         row["us_per_step"][str(T)] = times
-        print(f"  {config:20s} {'xla' if jit else 'tf ':3s} T={T:5d} "
+        print(f"  {config:20s} {mode:3s} T={T:5d} "
               f"ours {times['ours']:9.1f} keras {times['keras']:9.1f} us/step "
               f"({times['keras'] / times['ours']:.2f}x)"
               + "".join(f" {impl} {times[impl]:9.1f}" for impl in JAX_IMPLS
@@ -261,10 +352,10 @@ def main(argv):
       if FLAGS.memory:
         row["memory_vs_state"] = {}
         for impl in IMPLS:
-          slope = memory_slope(config, impl, jit)
+          slope = memory_slope(config, impl, mode)
           row["memory_vs_state"][impl] = (
               None if slope is None else slope / state_bytes(config))
-        print(f"  {config:20s} {'xla' if jit else 'tf ':3s} memory "
+        print(f"  {config:20s} {mode:3s} memory "
               f"{row['memory_vs_state']}", flush=True)
       results["rows"].append(row)
   os.makedirs(FLAGS.out_dir, exist_ok=True)

@@ -175,18 +175,21 @@ def test_dynamic_rnn_benchmark_smoke(tmp_path):
   assert f"| {ours} | XLA | " in (tmp_path / "DYNAMIC_RNN.md").read_text()
 
 
-@pytest.mark.parametrize("config", ["GRU masked", "user LayerNorm LSTM cell"])
-def test_configs_benchmark_smoke(tmp_path, config):
+@pytest.mark.parametrize("config, mode", [
+    ("GRU masked", "xla"), ("user LayerNorm LSTM cell", "xla"),
+    ("op LSTM cell_fn", "tf1")])
+def test_configs_benchmark_smoke(tmp_path, config, mode):
   proc = subprocess.run(
       [sys.executable, "-m", "benchmarks.bench_configs", "--lengths=6",
        "--batch=2", "--input=3", "--hidden=4", "--memory_hidden=4",
        "--memory_lengths=6,12", "--repeats=1", f"--only={config}",
-       "--modes=xla",
+       f"--modes={mode}",
        f"--out_dir={tmp_path}"],
       capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   results = json.loads((tmp_path / "configs.json").read_text())
-  assert [(r["config"], r["xla"]) for r in results["rows"]] == [(config, True)]
+  assert [(r["config"], r["mode"]) for r in results["rows"]] == [(config,
+                                                                  mode)]
   for row in results["rows"]:
     times = row["us_per_step"]["6"]
     assert all(v > 0 for v in times.values())
@@ -197,8 +200,22 @@ def test_configs_benchmark_smoke(tmp_path, config):
                               config.startswith("user") else set())
   assert set(times) == want
   report = (tmp_path / "CONFIGS.md").read_text()
-  assert f"| {config} | XLA | " in report
+  assert f"| {config} | {'XLA' if mode == 'xla' else 'TF1 graph'} | " in report
   assert ("JAX with `jax.checkpoint`" in report) == (len(want) == 4)
+
+
+def test_configs_benchmark_runs_tf1_graphs_for_the_op_only(tmp_path):
+  """A layer has no TF1-graph row: --modes=tf1 leaves it out."""
+  proc = subprocess.run(
+      [sys.executable, "-m", "benchmarks.bench_configs", "--lengths=4",
+       "--batch=2", "--input=3", "--hidden=4", "--repeats=1", "--nomemory",
+       "--only=SimpleRNN plain,op LSTM cell_fn xla_steps=False",
+       "--modes=tf1", f"--out_dir={tmp_path}"],
+      capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  results = json.loads((tmp_path / "configs.json").read_text())
+  assert [(r["config"], r["mode"]) for r in results["rows"]] == [
+      ("op LSTM cell_fn xla_steps=False", "tf1")]
 
 
 def test_shapes_benchmark_smoke(tmp_path):

@@ -505,6 +505,19 @@ def test_final_state_loss_adds_no_outputs_gradient(monkeypatch, mode, kind):
   assert seen and all(skipped == (mode != "eager") for skipped in seen)
 
 
+def test_a_carried_row_is_read_at_its_own_step_only():
+  """Under XLA a backward step reads prep rows the loop carried in (see
+  `sequence._next_row`): any index but the step's own is refused, not
+  answered with the wrong row."""
+  j = tf.constant(3)
+  row = sequence._Row(tf.constant([1.0, 2.0]), j)
+  np.testing.assert_array_equal(row[j], [1.0, 2.0])
+  with pytest.raises(ValueError, match=r"only prep\[name\]\[j\]"):
+    row[j - 1]  # pylint: disable=expression-not-assigned
+  with pytest.raises(ValueError, match="its own step's row"):
+    row[:, 1]  # pylint: disable=expression-not-assigned
+
+
 def test_chunk_grid():
   x = tf.zeros([7, B, D])
   grid = sequence._Chunks(x, use_xla=False, chunk=3)
