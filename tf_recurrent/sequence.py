@@ -905,9 +905,9 @@ def _forward(spec, recompute, use_xla, x, state0, weights, chunk, mask=None,
       if mask_block is not None:
         new = _carry_where_masked(mask_block[j], new, state)
         out = {**out, **dict(zip(cell.state_rows, new))}
+      next_row = (_next_row(projected, j + 1),) if row else ()
       return (j + 1, new, [rows[n].write(h, start + j, out[n])
-                           for n, h in zip(names, handles)],
-              *(_next_row(projected, j + 1) for _ in row))
+                           for n, h in zip(names, handles)], *next_row)
 
     first = (projected[0],) if use_xla else ()
     _, state, handles, *_ = tf.while_loop(lambda j, *_: j < steps, step,
