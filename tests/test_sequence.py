@@ -523,10 +523,29 @@ def test_chunk_grid():
   grid = sequence._Chunks(x, use_xla=False, chunk=3)
   assert (grid.size, grid.count) == (3, 3)
   assert [int(grid.steps(c)[1]) for c in range(3)] == [3, 3, 1]
-  # The partial chunk reads the last input row again past T.
-  x = tf.reshape(tf.range(7.0), [7, 1, 1])
-  grid = sequence._Chunks(x, use_xla=False, chunk=3)
-  assert grid.inputs(6).numpy().ravel().tolist() == [6.0, 6.0, 6.0]
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "unknown_t", "jit"])
+@pytest.mark.parametrize("steps", [6, 7])
+def test_a_chunk_reads_its_rows_and_the_last_again_past_t(steps, mode):
+  """Chunks of 3 over T=6 (every chunk full: the executor slices) and T=7
+  (the last chunk runs past T and reads row 6 again), with T known or not
+  while tracing, and under XLA (a gather)."""
+  rows = tf.reshape(tf.range(float(steps)), [steps, 1, 1])
+
+  def chunks(x):
+    grid = sequence._Chunks(x, use_xla=mode == "jit", chunk=3)
+    return [grid.inputs(start) for start in range(0, steps, 3)]
+
+  if mode == "eager":
+    got = chunks(rows)
+  else:
+    spec = tf.TensorSpec([None if mode == "unknown_t" else steps, 1, 1])
+    got = tf.function(chunks, jit_compile=mode == "jit",
+                      input_signature=[spec])(rows)
+  want = [[0, 1, 2], [3, 4, 5]] + ([[6, 6, 6]] if steps == 7 else [])
+  assert [g.numpy().ravel().tolist() for g in got] == want
+  assert all(g.shape[0] in (3, None) for g in got)
 
 
 @pytest.mark.parametrize("jit_compile", [False, True])
