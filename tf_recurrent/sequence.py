@@ -778,8 +778,8 @@ class _Chunks:
 
     # The TF executor aliases a leading-axis slice of a buffer where a gather
     # copies it: a chunk's x and outputs were fresh K-row copies each way
-    # (at ConvLSTM1D's frames, 6% of a training step in the gathers alone).
-    # Only a chunk running past T gathers.
+    # (slicing measured 4-9% off an LSTM's training step at B=256, 1-4% at
+    # B=32 and on ConvLSTM frames). Only a chunk running past T gathers.
     def sliced():
       return rows[start:start + self.size]
 
