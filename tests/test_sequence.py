@@ -528,9 +528,9 @@ def test_chunk_grid():
 @pytest.mark.parametrize("mode", ["eager", "function", "unknown_t", "jit"])
 @pytest.mark.parametrize("steps", [6, 7])
 def test_a_chunk_reads_its_rows_and_the_last_again_past_t(steps, mode):
-  """Chunks of 3 over T=6 (every chunk full: the executor slices) and T=7
-  (the last chunk runs past T and reads row 6 again), with T known or not
-  while tracing, and under XLA (a gather)."""
+  """Chunks of 3 over T=6 (every chunk full) and T=7 (the last chunk runs
+  past T and reads row 6 again), with T known or not while tracing, and
+  under XLA."""
   rows = tf.reshape(tf.range(float(steps)), [steps, 1, 1])
 
   def chunks(x):
