@@ -286,10 +286,10 @@ def test_fast_path_picked_automatically(monkeypatch, layer_name, cell_kwargs,
     recurrent_calls.append(1)
     return original_recurrent(*args, **kwargs)
 
-  def recording_run(kind, *args, recompute=False, mask=None, dropout=None):
+  def recording_run(kind, *args, recompute=False, mask=None, **kwargs):
     sequences.append((kind, recompute, mask is not None))
     return original_run(kind, *args, recompute=recompute, mask=mask,
-                        dropout=dropout)
+                        **kwargs)
 
   monkeypatch.setattr(op_lib, "recurrent", recording_recurrent)
   monkeypatch.setattr(sequence_lib, "run", recording_run)

@@ -247,8 +247,19 @@ def dropout_masks(kind, seed, shared=False, dtype=tf.float64):
   return {"inputs": keep(D), "recurrent": keep(h_width(kind))}
 
 
+def swap(t):
+  return tf.transpose(t, [1, 0, 2])
+
+
+def run_batch_major(kind, x, *args, **kwargs):
+  """`run_kind` on the `[B, T, D]` layout (`time_major=False`), given and
+  returning time-major tensors."""
+  outputs, final = run_kind(kind, swap(x), *args, time_major=False, **kwargs)
+  return swap(outputs), final
+
+
 def run_both(mode, kind, recompute, steps, mask_name=None, dropout_seed=None,
-             shared_dropout=False, zoneout=False):
+             shared_dropout=False, zoneout=False, time_major=True):
   def build(fn):
     def run(watch):
       x, state0, w = case(kind, steps)  # In the TF1 graph when there is one.
@@ -262,9 +273,10 @@ def run_both(mode, kind, recompute, steps, mask_name=None, dropout_seed=None,
               tf.nest.flatten([x, state0, w]))
     return run
 
+  run = run_kind if time_major else run_batch_major
   ours = values_and_grads(mode, build(
-      lambda x, s, w, m, d, z: run_kind(kind, x, s, w, recompute=recompute,
-                                        mask=m, dropout=d, zoneout=z)))
+      lambda x, s, w, m, d, z: run(kind, x, s, w, recompute=recompute,
+                                   mask=m, dropout=d, zoneout=z)))
   want = values_and_grads("eager", build(
       lambda x, s, w, m, d, z: unrolled(kind, x, s, w, m, d) if z is None
       else unrolled_with_zoneout(kind, x, s, w, m, z)))
@@ -292,6 +304,23 @@ KIND_CASES = [(kind, steps, mask_name) for kind in KINDS
 @pytest.mark.parametrize("kind,steps,mask_name", KIND_CASES)
 def test_matches_float64_unroll(mode, kind, recompute, steps, mask_name):
   ours, want = run_both(mode, kind, recompute, steps, mask_name)
+  for got, expected in zip(tf.nest.flatten(ours), tf.nest.flatten(want)):
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("mode", GRAPH_MODES)
+@pytest.mark.parametrize("recompute", [False, True],
+                         ids=["keep_gates", "recompute"])
+@pytest.mark.parametrize("kind,steps,mask_name,zoneout", [
+    ("lstm", 1, None, False), ("lstm", 7, "holes", False),
+    ("gru", 5, "prefix", True)])
+def test_batch_major_matches_float64_unroll(mode, kind, recompute, steps,
+                                            mask_name, zoneout):
+  """`time_major=False` (the layers' layout, chunks read and written along
+  axis 1) equals the unroll: one step, a partial last chunk with holes, and
+  zoneout over a masked partial chunk."""
+  ours, want = run_both(mode, kind, recompute, steps, mask_name,
+                        zoneout=zoneout, time_major=False)
   for got, expected in zip(tf.nest.flatten(ours), tf.nest.flatten(want)):
     np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
 
@@ -527,25 +556,33 @@ def test_chunk_grid():
 
 @pytest.mark.parametrize("mode", ["eager", "function", "unknown_t", "jit"])
 @pytest.mark.parametrize("steps", [6, 7])
-def test_a_chunk_reads_its_rows_and_the_last_again_past_t(steps, mode):
+@pytest.mark.parametrize("time_major", [True, False])
+def test_a_chunk_reads_its_rows_and_the_last_again_past_t(steps, mode,
+                                                          time_major):
   """Chunks of 3 over T=6 (every chunk full) and T=7 (the last chunk runs
   past T and reads row 6 again), with T known or not while tracing, and
-  under XLA."""
-  rows = tf.reshape(tf.range(float(steps)), [steps, 1, 1])
+  under XLA; `[K, B, 1]` rows from time-major or batch-major inputs."""
+  shape = [steps, 2, 1] if time_major else [2, steps, 1]
+  rows = tf.reshape(tf.range(float(steps)), [steps, 1, 1]) + tf.constant(
+      [[[0.0], [100.0]]])  # Example 1's rows are example 0's + 100.
+  rows = rows if time_major else swap(rows)
 
   def chunks(x):
-    grid = sequence._Chunks(x, use_xla=mode == "jit", chunk=3)
+    grid = sequence._Chunks(x, use_xla=mode == "jit", chunk=3,
+                            time_major=time_major)
     return [grid.inputs(start) for start in range(0, steps, 3)]
 
   if mode == "eager":
     got = chunks(rows)
   else:
-    spec = tf.TensorSpec([None if mode == "unknown_t" else steps, 1, 1])
+    shape[int(not time_major)] = None if mode == "unknown_t" else steps
+    spec = tf.TensorSpec(shape)
     got = tf.function(chunks, jit_compile=mode == "jit",
                       input_signature=[spec])(rows)
   want = [[0, 1, 2], [3, 4, 5]] + ([[6, 6, 6]] if steps == 7 else [])
-  assert [g.numpy().ravel().tolist() for g in got] == want
-  assert all(g.shape[0] in (3, None) for g in got)
+  assert [g.numpy()[:, 0, 0].tolist() for g in got] == want
+  assert [(g.numpy()[:, 1, 0] - 100).tolist() for g in got] == want
+  assert all(g.shape[0] in (3, None) and g.shape[1:] == [2, 1] for g in got)
 
 
 @pytest.mark.parametrize("jit_compile", [False, True])

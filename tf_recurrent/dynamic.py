@@ -445,7 +445,7 @@ def _fast(cell, inputs, lengths, state0):
   # pylint: disable=protected-access
   loop = layers.RNN(cell, zero_output_for_mask=True)
   found = loop._fast_loop(inputs, list(tf.nest.flatten(state0)), mask,
-                          training=False)
+                          training=False, time_major=True)
   if found is None:
     return None
   outputs, final, _ = found

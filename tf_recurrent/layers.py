@@ -106,8 +106,8 @@ class BuiltInCell:
     options: More keyword arguments of `sequence.run` (`norm_epsilon`),
       given the cell.
     run_inputs: Per-call tensor arguments of `sequence.run` (`zoneout`
-      masks), given the cell, the time-major inputs, the initial state
-      and `training`.
+      masks), given the cell, the number of steps, the initial state and
+      `training`.
     channels_first: Whether the cell's maps have their channels first
       (ConvLSTM's `data_format`; the loops take them last), given the cell.
   """
@@ -135,6 +135,12 @@ BUILT_IN_CELLS = {
         options=lambda cell: {"geometry": _conv_geometry(cell)},
         channels_first=lambda cell: cell.data_format == "channels_first"),
 }
+
+
+def _steps(x: tf.Tensor, time_axis: int):
+  """x's number of steps: a Python int where known while tracing."""
+  static = x.shape[time_axis]
+  return static if static is not None else tf.shape(x)[time_axis]
 
 
 def _conv_geometry(cell) -> convolutional.Geometry:
@@ -253,7 +259,6 @@ class _RecurrentLoop:
       return super().inner_loop(sequences, initial_state, mask, training)
     if tf.nest.is_nested(mask):
       mask = tf.nest.flatten(mask)[0]
-    x = structs.swap_batch_and_time(sequences, "inputs")
     if mask is not None:
       mask = tf.convert_to_tensor(mask)
       if mask.shape.rank != 2:
@@ -264,24 +269,31 @@ class _RecurrentLoop:
         raise ValueError(
             f"{self.name}: mask shape {mask.shape} does not match the inputs' "
             f"[batch, time] = {tf.nest.flatten(sequences)[0].shape[:2]}.")
+      # Time-major, [T, B], as the loops take it (a bool per step: small).
       mask = tf.transpose(tf.cast(mask, tf.bool))
+    # Batch-major, as Keras passes them.
+    x = sequences
     if self.go_backwards:
-      x = tf.nest.map_structure(lambda t: tf.reverse(t, [0]), x)
+      x = tf.nest.map_structure(lambda t: tf.reverse(t, [1]), x)
       mask = None if mask is None else tf.reverse(mask, [0])
     if not tf.nest.is_nested(initial_state):
       initial_state = [initial_state]
     _check_initial_state(self, initial_state)
     if tflite.takes_inference_path(training, sequences):
       # A graph nothing differentiates: loops TFLite converts (tflite.py).
-      return tflite.inner_loop(self, sequences, x, initial_state, mask,
-                               _fuses_as_lstm(self.cell))
+      return tflite.inner_loop(
+          self, sequences, structs.swap_batch_and_time(x, "inputs"),
+          initial_state, mask, _fuses_as_lstm(self.cell))
+    # The built-in cells' loops read and write batch-major rows; any other
+    # cell runs on the op, time-major.
     fast = self._fast_loop(x, initial_state, mask, training)
     if fast is not None:
       outputs, final_states, last_output = fast
     else:
       outputs, final_states, last_output = self._generic_loop(
-          x, initial_state, mask, training)
-    outputs = structs.swap_batch_and_time(outputs, "outputs")
+          structs.swap_batch_and_time(x, "inputs"), initial_state, mask,
+          training)
+      outputs = structs.swap_batch_and_time(outputs, "outputs")
     return last_output, outputs, final_states
 
   def _generic_loop(self, x, initial_state, mask, training):
@@ -328,9 +340,19 @@ class _RecurrentLoop:
                               xla_steps=getattr(self, "xla_steps", "auto"))
     return acc["output"], list(final["cell"]), final["output"]
 
-  def _fast_loop(self, x, initial_state, mask, training):
-    """A plain built-in cell on `tf_recurrent.sequence`'s chunked loops:
-    (outputs, final states, last output), or None for any other cell."""
+  def _fast_loop(self, x, initial_state, mask, training, time_major=False):
+    """A plain built-in cell on `tf_recurrent.sequence`'s chunked loops.
+
+    Args:
+      x: The `[B, T, ...]` inputs (`[T, B, ...]` if time_major).
+      initial_state: The state list.
+      mask: A time-major `[T, B]` bool mask, or None.
+      training: Keras's training flag.
+      time_major: The layout of x and of the outputs.
+
+    Returns:
+      (outputs, final states, last output), or None for any other cell.
+    """
     cell = self.cell
     spec = _built_in(cell)
     if spec is None or tf.nest.is_nested(x):
@@ -343,13 +365,14 @@ class _RecurrentLoop:
     # one input mask for all gates, or with `implementation=1` (which
     # recurrent dropout implies from Keras 3.6) one per gate for the inputs
     # and for h.
+    time_axis = 0 if time_major else 1
     dropout = {}
     if training and 0 < cell.dropout < 1:
-      input_mask = cell.get_dropout_mask(x[0])
+      input_mask = cell.get_dropout_mask(tf.gather(x, 0, axis=time_axis))
       if isinstance(input_mask, (list, tuple)):
         dropout["inputs"] = _gate_masks(input_mask)
-      else:
-        x = x * tf.cast(input_mask, dtype)
+      else:  # The same mask for every step.
+        x = x * tf.expand_dims(tf.cast(input_mask, dtype), time_axis)
     if training and 0 < cell.recurrent_dropout < 1:
       dropout["recurrent"] = _gate_masks(
           cell.get_recurrent_dropout_mask(state0[0]))
@@ -364,8 +387,9 @@ class _RecurrentLoop:
     recompute = self.recompute or tflite.no_tape_records(training)
     carried, final = sequence.run(
         kind, x, state0, self._sequence_weights(spec), recompute=recompute,
-        mask=mask, dropout=dropout, **spec.options(cell),
-        **spec.run_inputs(cell, x, state0, training))
+        mask=mask, dropout=dropout, time_major=time_major,
+        **spec.options(cell),
+        **spec.run_inputs(cell, _steps(x, time_axis), state0, training))
     if channels_first:
       carried = _channels_to(carried, 2, last=False)
       final = [_channels_to(s, 1, last=False) for s in final]
@@ -379,9 +403,12 @@ class _RecurrentLoop:
     # zero_output_for_mask.
     emitted = mask if self.zero_output_for_mask else tf.cast(
         tf.cumsum(tf.cast(mask, tf.int32), axis=0), tf.bool)
+    if not time_major:
+      emitted = tf.transpose(emitted)
     outputs = tf.where(masks.expand(emitted, carried), carried,
                        tf.zeros_like(carried))
-    return outputs, final, outputs[-1]
+    return outputs, final, tf.gather(outputs, tf.shape(outputs)[time_axis] -
+                                     1, axis=time_axis)
 
   def _sequence_weights(self, spec):
     """The cell's weights as `sequence.run` takes them, in their variable

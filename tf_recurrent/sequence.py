@@ -67,6 +67,7 @@ from tf_recurrent import accumulators
 from tf_recurrent import cells
 from tf_recurrent import fused_lstm
 from tf_recurrent import masks
+from tf_recurrent import structs
 from tf_recurrent import tracing
 
 Tensor = tf.Tensor
@@ -735,11 +736,21 @@ class _Chunks:
   and chunk 50: three chunks of 40, not 50 + 50 + 20). A partial last chunk
   still runs its batched GEMMs (or a ConvLSTM's convolutions) over K rows:
   balanced chunks waste at most `count - 1` of them, not up to `chunk - 1`.
+
+  The call's inputs, outputs and their gradients are time-major `[T, B,
+  ...]`, or with `time_major=False` batch-major `[B, T, ...]` (a Keras
+  layer's own layout: no `[T, B, ...]` copy of them is made, which the
+  gradient function would keep beside the layer's). Either way the steps
+  read and write `[K, B, ...]` rows of one chunk (`steps_of`), and
+  everything else is laid out time-major.
   """
 
-  def __init__(self, x: Tensor, use_xla: bool, chunk: int):
-    self.total = tf.shape(x, out_type=tf.int32)[0]
-    static_total = x.shape[0]
+  def __init__(self, x: Tensor, use_xla: bool, chunk: int,
+               time_major: bool = True):
+    self.time_major = time_major
+    time_axis = 0 if time_major else 1
+    self.total = tf.shape(x, out_type=tf.int32)[time_axis]
+    static_total = x.shape[time_axis]
     if static_total is not None:
       self.count = max(1, -(-static_total // chunk))
       self.size = max(1, -(-static_total // self.count))
@@ -765,12 +776,27 @@ class _Chunks:
 
   def inputs(self, start):
     """The chunk's `[K, B, D]` input rows (past T: the last row again)."""
-    return self.chunk_of(self._x, start)
+    return self.steps_of(self._x, start)
+
+  def _rows_at(self, start):
+    return tf.minimum(start + tf.range(self.size), self.total - 1)
 
   def chunk_of(self, rows, start):
     """The chunk's K rows of a `[T, ...]` tensor (past T: the last again)."""
-    return tf.gather(rows, tf.minimum(start + tf.range(self.size),
-                                      self.total - 1))
+    return tf.gather(rows, self._rows_at(start))
+
+  def steps_of(self, t, start):
+    """The chunk's `[K, B, ...]` rows of a tensor in the call's layout (the
+    inputs, the outputs or their gradient; past T: the last again)."""
+    if self.time_major:
+      return self.chunk_of(t, start)
+    return structs.swap_batch_and_time(
+        tf.gather(t, self._rows_at(start), axis=1), "a chunk")
+
+  def in_layout(self, rows):
+    """`[T, B, ...]` rows in the call's layout."""
+    return rows if self.time_major else structs.swap_batch_and_time(
+        rows, "the rows")
 
   def _template(self, leading, columns, gate_rows=None):
     """Zeros `leading + [B, columns]` (columns None: the input's D), or with
@@ -778,6 +804,7 @@ class _Chunks:
     Python int where static, else a scalar tensor (`Cell.widths`); a tuple
     for a convolutional kind's rows, `[B, ..., F]`."""
     x = self._x
+    batch_axis = int(self.time_major)
     if columns is None:
       last, static_last = tf.shape(x)[2:], x.shape[2:]
     elif isinstance(columns, tuple):  # A convolutional kind's `[..., F]`.
@@ -789,11 +816,11 @@ class _Chunks:
       leading = list(leading) + [gate_rows]
     static_leading = [d if isinstance(d, int) else None for d in leading]
     static = tf.TensorShape(static_leading).concatenate(
-        x.shape[1:2]).concatenate(static_last)
+        x.shape[batch_axis:batch_axis + 1]).concatenate(static_last)
     if static.is_fully_defined():
       return tf.zeros(static, x.dtype)
-    template = tf.zeros(tf.concat([leading, tf.shape(x)[1:2], last], 0),
-                        x.dtype)
+    template = tf.zeros(tf.concat(
+        [leading, tf.shape(x)[batch_axis:batch_axis + 1], last], 0), x.dtype)
     template.set_shape(static)
     return template
 
@@ -819,10 +846,11 @@ class _Chunks:
         self._use_xla)
 
   def join(self, acc, handle):
-    """The `[T, ...]` rows of an accumulator holding one block per chunk."""
+    """The rows of an accumulator holding one `[K, B, ...]` block per
+    chunk, in the call's layout."""
     blocks = acc.stack(handle)
     rows = tf.reshape(blocks, tf.concat([[-1], tf.shape(blocks)[2:]], 0))
-    return rows[:self.total]
+    return self.in_layout(rows[:self.total])
 
 
 def _next_row(block: Tensor, j) -> Tensor:
@@ -865,19 +893,20 @@ def _compute_weights(cell: Cell, weights: Dict[str, Tensor], dtype,
 
 
 def _forward(spec, recompute, use_xla, x, state0, weights, chunk, mask=None,
-             dropout=None, zoneout=None):
-  """Runs the chunks forward (mask: `[T, B]` bool or None; dropout and
-  zoneout: see `run`).
+             dropout=None, zoneout=None, time_major=True):
+  """Runs the chunks forward (mask: `[T, B]` bool or None; dropout,
+  zoneout and time_major: see `run`).
 
   Returns:
-    `(outputs [T, B, H], final state, kept, entries)`: kept holds, for each
+    `(outputs [T, B, H] (time_major) or [B, T, H], final state, kept,
+    entries)`: kept holds, for each
     name of `cell.kept()`, its `[chunks, K, ...]` blocks; entries,
     per state leaf, the `[chunks, B, H]` states entering the chunks. All are
     dense tensors: the gradient function captures them, and SavedModel
     cannot save a gradient function capturing a TensorList (a variant).
   """
   cell = _cell(spec, recompute, use_xla, weights)
-  grid = _Chunks(x, use_xla, chunk)
+  grid = _Chunks(x, use_xla, chunk, time_major)
   w = _compute_weights(cell, weights, x.dtype, dropout)
   shapes = cell.row_shapes(cell.widths(weights["recurrent_kernel"]))
   names = sorted(shapes)
@@ -919,7 +948,7 @@ def _forward(spec, recompute, use_xla, x, state0, weights, chunk, mask=None,
       (0, tuple(state0), [rows[n].empty() for n in names],
        [e.empty() for e in entries]))
   written = {n: rows[n].stack(h) for n, h in zip(names, handles)}
-  outputs = written["h"][:grid.total]
+  outputs = grid.in_layout(written["h"][:grid.total])
   # h is read back from the outputs: a kept copy would hold it twice.
   kept = [grid.by_chunk(written[n]) for n in cell.kept()]
   return (outputs, list(final), kept,
@@ -928,14 +957,15 @@ def _forward(spec, recompute, use_xla, x, state0, weights, chunk, mask=None,
 
 def _backward(spec, recompute, use_xla, x, weights, outputs, kept, entries,
               d_outputs, d_final, chunk, mask=None, dropout=None,
-              zoneout=None):
+              zoneout=None, time_major=True):
   """Runs the chunks in reverse; returns `(dx, d state0, d weights)`.
 
-  d_outputs is the outputs' `[T, B, H]` gradient, or None where nothing read
-  them (a model of the last output only): then no step adds one.
+  d_outputs is the outputs' gradient (`[T, B, H]`, or `[B, T, H]` unless
+  time_major), or None where nothing read them (a model of the last output
+  only): then no step adds one.
   """
   cell = _cell(spec, recompute, use_xla, weights)
-  grid = _Chunks(x, use_xla, chunk)
+  grid = _Chunks(x, use_xla, chunk, time_major)
   w = _compute_weights(cell, weights, x.dtype, dropout)
   kept_names = cell.kept()
   dz_rows = grid.step_rows(
@@ -949,20 +979,25 @@ def _backward(spec, recompute, use_xla, x, weights, outputs, kept, entries,
     # Indexing the leading axis: the TF executor aliases a dense tensor's
     # block instead of copying it.
     chunk_kept = {n: blocks[c] for n, blocks in zip(kept_names, kept)}
-    chunk_kept["h"] = grid.chunk_of(outputs, start)
+    chunk_kept["h"] = grid.steps_of(outputs, start)
     mask_block = None if mask is None else grid.chunk_of(mask, start)
     zone_block = _zone_block(grid, zoneout, start, x.dtype)
     prep = cell.prepare(w, chunk_kept, [e[c] for e in entries], x_block,
                         mask_block, **({} if zone_block is None
                                        else {"zone_block": zone_block}))
 
+    # Step j's row of d_outputs: time-major, row d_start + j of the whole
+    # (aliased by the TF executor); batch-major, row j of the chunk's rows.
+    d_block, d_start = ((d_outputs, start) if grid.time_major or
+                        d_outputs is None else
+                        (grid.steps_of(d_outputs, start), 0))
     # Under XLA a step reads its rows of prep and of d_outputs as loop
     # variables, sliced by the step after it (see `_next_row`).
     blocks = dict(prep)
-    if d_outputs is not None:
-      blocks[_D_OUTPUTS] = d_outputs
+    if d_block is not None:
+      blocks[_D_OUTPUTS] = d_block
     names = sorted(blocks) if use_xla else []
-    offsets = {n: start if n == _D_OUTPUTS else 0 for n in names}
+    offsets = {n: d_start if n == _D_OUTPUTS else 0 for n in names}
 
     def step(j, dstate, handle, *carried):
       if carried:
@@ -971,7 +1006,7 @@ def _backward(spec, recompute, use_xla, x, weights, outputs, kept, entries,
         d_output = None if d_output is None else d_output[j]
       else:
         step_prep = prep
-        d_output = None if d_outputs is None else d_outputs[start + j]
+        d_output = None if d_block is None else d_block[d_start + j]
       dh = dstate[0] if d_output is None else dstate[0] + d_output
       d_leaving = (dh,) + tuple(dstate[1:])
       if zone_block is None:
@@ -1078,11 +1113,13 @@ def _check_zoneout(kind: str, zoneout: Dict[str, Tensor]) -> None:
                      f"{sorted(zoneout)}.")
 
 
-# The loop pairs made so far, by `(spec, recompute, mode)` (`_loop_functions`).
+# The loop pairs made so far, by `(spec, recompute, mode, time_major)`
+# (`_loop_functions`).
 _loop_function_cache: Dict[Tuple[Any, ...], Tuple[Any, Any]] = {}
 
 
-def _loop_functions(spec: Tuple[str, float], recompute: bool, mode: str):
+def _loop_functions(spec: Tuple[str, float], recompute: bool, mode: str,
+                    time_major: bool = True):
   """The loop pair `(forward, backward)` as tf.functions, made once.
 
   mode "eager": for calls made eagerly, traced with time and batch left
@@ -1092,9 +1129,10 @@ def _loop_functions(spec: Tuple[str, float], recompute: bool, mode: str):
   model's first `train_on_batch` traces its train function twice); under
   "xla" the caller compiles them with itself.
   """
-  key = (spec, recompute, mode)
+  key = (spec, recompute, mode, time_major)
   if key not in _loop_function_cache:
-    pair = [functools.partial(fn, spec, recompute, mode == "xla")
+    pair = [functools.partial(fn, spec, recompute, mode == "xla",
+                              time_major=time_major)
             for fn in (_forward, _backward)]
     # Plain Python control flow on Python values: nothing for AutoGraph to
     # convert (and it mis-binds the partials' arguments).
@@ -1126,8 +1164,9 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
         dropout: Optional[Dict[str, Tensor]] = None,
         norm_epsilon: float = 1e-3,
         zoneout: Optional[Dict[str, Tensor]] = None,
-        geometry: Any = None) -> Tuple[Tensor, List[Tensor]]:
-  """Runs a built-in cell over time-major inputs, with its gradient.
+        geometry: Any = None,
+        time_major: bool = True) -> Tuple[Tensor, List[Tensor]]:
+  """Runs a built-in cell over a sequence of inputs, with its gradient.
 
   Args:
     kind: "lstm", "peephole_lstm" (an LSTM with diagonal peephole
@@ -1135,7 +1174,8 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
       "gru_reset_before" (`reset_after=False`), "simple_rnn" (tanh), or
       `tf_recurrent.normalized`'s "layer_norm_lstm" and
       "layer_norm_simple_rnn".
-    x: `[T, B, D]` inputs in the compute dtype, T >= 1.
+    x: `[T, B, D]` inputs (`[B, T, D]` unless time_major) in the compute
+      dtype, T >= 1.
     state0: The initial state, `[h, c]` (LSTMs) or `[h]`, `[B, H]`, in the
       compute dtype.
     weights: `kernel`, `recurrent_kernel`, `bias` (and a reset-after GRU's
@@ -1167,9 +1207,14 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
       `k * entering + (1 - k) * computed`: with 0/1 masks (training) a unit
       keeps its value where k is 1; with k the rate everywhere, the
       expectation (inference). Applied before a Keras mask's carry.
+    time_major: Whether x and the outputs are `[T, B, ...]`; False:
+      `[B, T, ...]`, a Keras layer's layout, read and written a chunk at a
+      time with no transposed copy of the whole (which the gradient would
+      keep beside the layer's own). mask and zoneout are time-major either
+      way.
 
   Returns:
-    `(outputs [T, B, H], final state list)`.
+    `(outputs [T, B, H] (or [B, T, H]), final state list)`.
 
   An "lstm" without mask, dropout, zoneout or projection, float32, not
   recomputing, outside XLA and of at most `fused_lstm.MAX_UNITS` units runs
@@ -1203,18 +1248,22 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
           "xla" if accumulators.in_xla_context() else "graph")
   if fused_lstm.applies(kind, x, weights, recompute, mode, mask, dropout,
                         zoneout):
-    return fused_lstm.run(x, state0, weights)
+    # TensorFlow's kernels run time-major.
+    swap = functools.partial(structs.swap_batch_and_time, name="x")
+    outputs, final = fused_lstm.run(x if time_major else swap(x), state0,
+                                    weights)
+    return (outputs if time_major else swap(outputs)), final
   names = sorted(weights)
   n_state = len(state0)
   chunk = CHUNK
   if mode == "eager" or tf.inside_function():
     forward_fn, backward_fn = _loop_functions(
-        (kind, norm_epsilon, geometry), recompute, mode)
+        (kind, norm_epsilon, geometry), recompute, mode, time_major)
   else:  # A TF1 graph, built once: the loops inline.
     forward_fn, backward_fn = (
         tf.autograph.experimental.do_not_convert(
             functools.partial(fn, (kind, norm_epsilon, geometry), recompute,
-                              mode == "xla"))
+                              mode == "xla", time_major=time_major))
         for fn in (_forward, _backward))
 
   @tf.custom_gradient

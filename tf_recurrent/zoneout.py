@@ -52,9 +52,8 @@ class _Zoneout:
                      p.dtype) * (p - n) + n
             for leaf, p, n in zip(leaves, previous, computed)]
 
-  def run_inputs(self, x, state0, training) -> Dict[str, Any]:
-    """`sequence.run`'s zoneout masks for time-major inputs `x`."""
-    steps = ops.shape(x)[0]
+  def run_inputs(self, steps, state0, training) -> Dict[str, Any]:
+    """`sequence.run`'s time-major zoneout masks for `steps` steps."""
     return {"zoneout": {
         leaf: self.zoneout_keep(leaf, (steps,) + tuple(ops.shape(s)), s.dtype,
                                 bool(training))
