@@ -50,6 +50,8 @@ flags.DEFINE_list("modes", ["tf", "xla"], "tf (no XLA) and/or xla.")
 # (two in flight), a fixed cost a slope from T=50 would count per frame.
 flags.DEFINE_list("memory_lengths", ["100", "300"],
                   "Two lengths for the memory slope (empty: no memory).")
+flags.DEFINE_integer("memory_repeats", 1,
+                     "Processes per memory point (median kept).")
 flags.DEFINE_integer("repeats", 7, "Timed rounds per layer (median kept).")
 flags.DEFINE_integer("scale", 1, "Divide every frame side by this (smoke).")
 flags.DEFINE_string("out_dir", os.path.dirname(os.path.abspath(__file__)),
@@ -108,7 +110,7 @@ def memory_slope(name: str, jit: bool) -> Dict[str, object]:
   return peak_rss_slope(
       "benchmarks.bench_convlstm", name, jit,
       [int(t) for t in FLAGS.memory_lengths], [f"--scale={FLAGS.scale}"],
-      state_bytes(rank), per="frame")
+      state_bytes(rank), per="frame", repeats=FLAGS.memory_repeats)
 
 
 def _met(ratio, target) -> str:
@@ -140,15 +142,16 @@ def report(results: dict) -> List[str]:
         f"{row['frames']} | {row['keras']:.0f} | {row['ours']:.0f} | "
         f"{row['ratio']:.2f}x | {_met(row['ratio'], TARGETS[row['mode']])} |")
   if results["memory"]:
-    lengths = results.get("memory_lengths", FLAGS.memory_lengths)
-    lines += ["", "Memory: peak RSS slope per extra frame between T="
-              f"{lengths[0]} and T={lengths[1]}, as a multiple of the state's "
-              "bytes per frame (each point a fresh process; the slope also "
-              "holds the frame's input, the outputs and their gradient and, "
-              "for Keras, every intermediate of its cell). Ours: as built "
-              "(the gate maps kept per frame) and with `recompute=True`.", "",
-              "| layer | mode | Keras x state | ours x state | target | "
-              "ours, recompute=True | target |", "|---|---|---|---|---|---|---|"]
+    lines += ["", "Memory: peak RSS slope per extra frame between two "
+              "lengths, as a multiple of the state's bytes per frame (each "
+              "point a fresh process, or the median of several; the slope "
+              "also holds the frame's input, the outputs and their gradient "
+              "and, for Keras, every intermediate of its cell). Ours: as "
+              "built (the gate maps kept per frame) and with "
+              "`recompute=True`.", "",
+              "| layer | mode | T | processes a point | Keras x state | ours "
+              "x state | target | ours, recompute=True | target |",
+              "|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v: "failed" if v is None else f"{v:.2f}x"
     met = lambda v: ("failed" if v is None else
                      "met" if v <= MEMORY_TARGET else "missed")
@@ -157,6 +160,8 @@ def report(results: dict) -> List[str]:
                            for impl in ("ours", "ours_recompute"))
       lines.append(f"| ConvLSTM{row['rank']}D | "
                    f"{'XLA' if row['mode'] == 'xla' else 'no XLA'} | "
+                   f"{' / '.join(str(t) for t in row['lengths'])} | "
+                   f"{row['repeats']} | "
                    f"{fmt(row['keras']['vs_state'])} | {fmt(ours)} | "
                    f"{met(ours)} | {fmt(recomputing)} | {met(recomputing)} |")
   return lines
@@ -167,8 +172,7 @@ def main(argv):
   if FLAGS.child:
     run_child(build_step, FLAGS.child)
     return
-  results = {"environment": environment(), "time": [], "memory": [],
-             "memory_lengths": [int(t) for t in FLAGS.memory_lengths]}
+  results = {"environment": environment(), "time": [], "memory": []}
   for rank in (int(r) for r in FLAGS.ranks):
     for mode in FLAGS.modes:
       jit = mode == "xla"
@@ -187,7 +191,9 @@ def main(argv):
       if len(FLAGS.memory_lengths) == 2:
         memory = {impl: memory_slope(f"{impl}:{rank}", jit)
                   for impl in MEMORY_IMPLS}
-        results["memory"].append({"rank": rank, "mode": mode, **memory})
+        results["memory"].append({
+            "rank": rank, "mode": mode, "repeats": FLAGS.memory_repeats,
+            "lengths": [int(t) for t in FLAGS.memory_lengths], **memory})
         print(f"  ConvLSTM{rank}D {mode:3s} memory x state: " + ", ".join(
             f"{impl} {memory[impl]['vs_state']}" for impl in MEMORY_IMPLS),
               flush=True)

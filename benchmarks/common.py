@@ -122,15 +122,19 @@ def run_child(build_step: Callable[[str, int, bool], Callable[[], object]],
 
 def peak_rss_slope(module: str, name: str, jit: bool, lengths: List[int],
                    args: List[str], state_bytes: int,
-                   per: str = "step") -> Dict[str, object]:
+                   per: str = "step", repeats: int = 1) -> Dict[str, object]:
   """The peak RSS of one step of `name` at two lengths, each in its own
   process (`module --child=name|jit|length args`), and the slope between
-  them: bytes per extra `per`, and as a multiple of `state_bytes`."""
+  them: bytes per extra `per`, and as a multiple of `state_bytes`. With
+  `repeats`, each length's peak is the median of that many processes (the
+  allocator moves a peak by tens of MB between identical runs)."""
   peaks = peak_rss_of_children(module, [
-      [f"--child={name}|{int(jit)}|{t}"] + args for t in lengths])
+      [f"--child={name}|{int(jit)}|{t}"] + args
+      for _ in range(repeats) for t in lengths])
   if None in peaks:
     return {"peaks": peaks, f"bytes_per_{per}": None, "vs_state": None}
-  slope = (peaks[1] - peaks[0]) / (lengths[1] - lengths[0])
+  low, high = (statistics.median(peaks[i::2]) for i in (0, 1))
+  slope = (high - low) / (lengths[1] - lengths[0])
   return {"peaks": peaks, f"bytes_per_{per}": slope,
           "vs_state": slope / state_bytes}
 

@@ -48,6 +48,13 @@ cells' math is in the `Cell` classes below, their shared equations in
   the whole call, in place (`accumulators.InPlaceBlocks`): no per-chunk
   stacking, and a tensor the gradient function may capture (SavedModel
   cannot save one capturing a TensorList).
+* Layout: the layers give their batch-major `[B, T, ...]` inputs as they
+  are (`run(time_major=False)`): a chunk gathers its `[K, B, ...]` rows of
+  the inputs, of the outputs and of the outputs' gradient along axis 1, and
+  the outputs are transposed to `[B, T, ...]` once, at the end. No
+  time-major copy of any of them lives across the call, beside the
+  batch-major tensors the layer returns and receives (at ConvLSTM2D's
+  shapes the three copies were 1.25x the state a frame).
 
 The last chunk may be partial: it still reads K input rows (clamped to
 the last one), runs only the steps up to T, and its unwritten dz rows are
