@@ -1,7 +1,10 @@
 """Shared fixtures and oracles: execution modes, the static-unroll reference,
-the Elman test cell, and the numerical-gradient check."""
+the Elman test cell, the numerical-gradient check, and the option matrices
+(`pairwise`: every pair of values by default, the whole product with
+`--full` or `TFR_FULL=1`)."""
 
 import functools
+import itertools
 import os
 import subprocess
 import sys
@@ -20,6 +23,60 @@ tf.config.set_logical_device_configuration(
     [tf.config.LogicalDeviceConfiguration()] * 2)
 
 MODES = ("eager", "function", "xla")
+
+
+def pytest_addoption(parser):
+  parser.addoption(
+      "--full", action="store_true", default=False,
+      help="Run every option matrix as its whole cartesian product (as "
+      "TFR_FULL=1 does) instead of all pairs plus the edges.")
+
+
+def pytest_configure(config):
+  if config.getoption("--full"):
+    os.environ["TFR_FULL"] = "1"  # Read by `pairwise` as test modules load.
+
+
+def full_matrices():
+  """True when the option matrices run whole (`--full` or `TFR_FULL=1`)."""
+  return os.environ.get("TFR_FULL", "") not in ("", "0")
+
+
+def pairwise(*axes, edges=(), where=None):
+  """The cases of an option matrix: `axes` are lists of values, one per
+  parameter; returns a list of tuples, one value per axis.
+
+  By default every pair of values of any two axes appears in some case (the
+  all-pairs cover, built greedily and deterministically: each case picked is
+  the allowed one, in product order, covering the most pairs not yet
+  covered), and then each of `edges` (whole tuples: the cases our issues
+  named) that the cover lacks. With `full_matrices()` it is the whole
+  product. `where(*case)` says which cases are allowed; a pair that no
+  allowed case has is not asked for.
+
+  >>> pairwise(["eager", "xla"], [1, 7], [False, True])
+  [('eager', 1, False), ('eager', 7, True), ('xla', 1, True), ('xla', 7, False)]
+  """
+  allowed = [case for case in itertools.product(*axes)
+             if where is None or where(*case)]
+  for edge in edges:
+    if where is not None and not where(*edge):
+      raise ValueError(f"edge case {edge!r} is not allowed by `where`")
+  if full_matrices():
+    return allowed + [e for e in edges if tuple(e) not in allowed]
+
+  def pairs_of(case):
+    return {(i, case[i], j, case[j])
+            for i, j in itertools.combinations(range(len(case)), 2)}
+
+  uncovered = set().union(*map(pairs_of, allowed)) if allowed else set()
+  chosen = []
+  while uncovered:
+    best = max(allowed, key=lambda case: len(pairs_of(case) & uncovered))
+    chosen.append(best)
+    uncovered -= pairs_of(best)
+  chosen += [tuple(e) for e in edges if tuple(e) not in chosen]
+  return chosen
 
 
 def in_mode(mode, fn):
