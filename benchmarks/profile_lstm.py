@@ -46,7 +46,7 @@ def pieces(T: int, B: int, D: int, H: int,
   """Zero-argument callables, one per piece, each compiled as `jit` says."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_recurrent  # pylint: disable=g-import-not-at-top
-  from tf_recurrent import sequence  # pylint: disable=g-import-not-at-top
+  from tf_recurrent.chunked import sequence  # pylint: disable=g-import-not-at-top
 
   rng = tf.random.Generator.from_seed(0)
   x = rng.normal([B, T, D])

@@ -51,7 +51,7 @@ def _minor_faults() -> int:
 def _loops(batch: int, hidden: int, steps: int, chunks: int):
   """The variants above, as `{name: (tf.function, MB kept per buffer)}`."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tf_recurrent import accumulators  # pylint: disable=g-import-not-at-top
+  from tf_recurrent.op import accumulators  # pylint: disable=g-import-not-at-top
 
   row_shape = [4, batch, hidden]
   template = tf.zeros(row_shape)

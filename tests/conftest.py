@@ -247,7 +247,7 @@ def record_output_gradients(monkeypatch):
   whether it was given no outputs' gradient (None: nothing read the outputs);
   returns the list it appends to. The loop functions made so far are
   dropped, so that the next call makes them with the recorder."""
-  from tf_recurrent import sequence  # pylint: disable=g-import-not-at-top
+  from tf_recurrent.chunked import sequence  # pylint: disable=g-import-not-at-top
   seen = []
   backward = sequence._backward  # pylint: disable=protected-access
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_recurrent import accumulators
+from tf_recurrent.op import accumulators
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16, tf.float16])

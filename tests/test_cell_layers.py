@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from conftest import values_and_grads
 import tf_recurrent
-from tf_recurrent import sequence
+from tf_recurrent.chunked import sequence
 
 B, D, H, T = 2, 3, 4, 7
 

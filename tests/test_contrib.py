@@ -8,7 +8,7 @@ import tensorflow as tf
 
 import tf_recurrent
 from tf_recurrent import contrib as recurrent  # was: ...python.ops import recurrent
-from tf_recurrent import dynamic
+from tf_recurrent.compat import dynamic
 from conftest import assert_all_close, elman_args, elman_cell, static_unroll
 
 

@@ -12,8 +12,8 @@ import tensorflow as tf
 
 from conftest import GRAPH_MODES
 from conftest import loop_values_and_grads
-from tf_recurrent import convolutional
-from tf_recurrent import sequence
+from tf_recurrent.chunked import convolutional
+from tf_recurrent.chunked import sequence
 
 B, C, F = 2, 2, 3
 

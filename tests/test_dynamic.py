@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import tf_recurrent
-from tf_recurrent import dynamic
+from tf_recurrent.compat import dynamic
 from conftest import (GRAPH_MODES, assert_all_close, in_mode, loss_weights,
                       static_unroll, values_and_grads, weighted_sum)
 

@@ -10,9 +10,9 @@ import tensorflow as tf
 
 from conftest import record_output_gradients
 import tf_recurrent
-from tf_recurrent import layers as layers_lib
-from tf_recurrent import op as op_lib
-from tf_recurrent import sequence as sequence_lib
+from tf_recurrent.engine import built_in as layers_lib
+from tf_recurrent.op import op as op_lib
+from tf_recurrent.chunked import sequence as sequence_lib
 
 B, T, D, H = 3, 6, 4, 5
 

@@ -15,7 +15,7 @@ from conftest import GRAPH_MODES
 from conftest import loop_values_and_grads
 from conftest import values_and_grads
 import tf_recurrent
-from tf_recurrent import sequence
+from tf_recurrent.chunked import sequence
 
 B, D, H, T = 2, 3, 4, 7
 

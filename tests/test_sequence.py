@@ -16,8 +16,8 @@ from conftest import GRAPH_MODES
 from conftest import assert_numerical_gradients
 from conftest import record_output_gradients
 from conftest import values_and_grads
-from tf_recurrent import fused_lstm
-from tf_recurrent import sequence
+from tf_recurrent.chunked import fused_lstm
+from tf_recurrent.chunked import sequence
 
 B, D, H = 2, 3, 4
 

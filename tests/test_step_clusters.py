@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import tf_recurrent
-from tf_recurrent import step_clusters
+from tf_recurrent.op import step_clusters
 from conftest import (GRAPH_MODES, assert_all_close, assert_numerical_gradients,
                       elman_args, elman_cell, elman_grad, run_fresh,
                       static_unroll, values_and_grads)

@@ -5,7 +5,7 @@ import collections
 import pytest
 import tensorflow as tf
 
-from tf_recurrent import structs
+from tf_recurrent.op import structs
 
 Point = collections.namedtuple("Point", "x y")
 

@@ -10,7 +10,8 @@ import pytest
 import tensorflow as tf
 
 import tf_recurrent
-from tf_recurrent import tflite
+from tf_recurrent.engine import inference
+from tf_recurrent.export import tflite
 from conftest import tflite_unavailable_reason
 
 B, T, D, H = 2, 5, 3, 4
@@ -366,7 +367,7 @@ def test_convert_keeps_quantized_projected_lstms_as_loops():
 
 
 def test_convert_runs_one_conversion_at_a_time(monkeypatch):
-  monkeypatch.setattr(tflite, "_projections", [])
+  monkeypatch.setattr(inference, "_projections", [])
   with pytest.raises(RuntimeError, match="one model at a time"):
     tflite.convert(tf.lite.TFLiteConverter.from_keras_model(
         sequential(lstm())()))

@@ -9,9 +9,9 @@ import pytest
 import tensorflow as tf
 
 import tf_recurrent
-from tf_recurrent import op as op_lib
-from tf_recurrent import sequence
-from tf_recurrent import tracing
+from tf_recurrent.op import op as op_lib
+from tf_recurrent.chunked import sequence
+from tf_recurrent.op import tracing
 
 
 def traces_so_far():

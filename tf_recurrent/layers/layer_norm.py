@@ -18,9 +18,8 @@ Each cell's `call` is plain Keras ops, so it also runs in `keras.layers.RNN`.
 import keras
 from keras import ops
 
-from tf_recurrent import cell_layers
-from tf_recurrent import layers
-from tf_recurrent import normalized  # pylint: disable=unused-import  # The kinds.
+from tf_recurrent.engine import built_in
+from tf_recurrent.layers import cell_layers
 
 
 @keras.saving.register_keras_serializable(package="tf_recurrent")
@@ -160,14 +159,14 @@ class LayerNormSimpleRNNCell(keras.layers.SimpleRNNCell):
     }
 
 
-layers.BUILT_IN_CELLS[LayerNormLSTMCell] = layers.BuiltInCell(
-    lambda cell: "layer_norm_lstm", layers.KERAS_GATES,
+built_in.BUILT_IN_CELLS[LayerNormLSTMCell] = built_in.BuiltInCell(
+    lambda cell: "layer_norm_lstm", built_in.KERAS_GATES,
     extra_weights=lambda cell: {
         f"{part}_{weight}": getattr(getattr(cell, f"{part}_norm"), weight)
         for part in ("kernel", "recurrent", "state")
         for weight in ("gamma", "beta")},
     options=lambda cell: {"norm_epsilon": cell.norm_epsilon})
-layers.BUILT_IN_CELLS[LayerNormSimpleRNNCell] = layers.BuiltInCell(
+built_in.BUILT_IN_CELLS[LayerNormSimpleRNNCell] = built_in.BuiltInCell(
     lambda cell: "layer_norm_simple_rnn",
     {"activation": keras.activations.tanh},
     extra_weights=lambda cell: {"gamma": cell.layernorm.gamma},

@@ -32,8 +32,8 @@ from typing import Optional, Tuple
 
 import tensorflow as tf
 
-from tf_recurrent import masks
-from tf_recurrent import sequence
+from tf_recurrent.op import masks
+from tf_recurrent.chunked import cell as cell_lib
 
 Tensor = tf.Tensor
 
@@ -80,10 +80,10 @@ def _normalize_grad(n: Tensor, rstd: Tensor, dn: Tensor) -> Tensor:
 
 def _scale_grad(d: Tensor, n: Tensor) -> Tensor:
   """A norm's gamma gradient over a block, `sum(d * n)`, in n's dtype."""
-  return sequence.column_sums(tf.cast(d, n.dtype) * n)
+  return cell_lib.column_sums(tf.cast(d, n.dtype) * n)
 
 
-class _LayerNormLstm(sequence.Cell):
+class LayerNormLstm(cell_lib.Cell):
   """The layer-norm LSTM (see the module docstring). State `(h, c)`."""
 
   gates = 4
@@ -126,7 +126,7 @@ class _LayerNormLstm(sequence.Cell):
 
   def prepare(self, w, kept, entry, x_block, mask_block):
     h_entry, c_entry = entry
-    h_prev = sequence.shift_in(h_entry, kept["h"])
+    h_prev = cell_lib.shift_in(h_entry, kept["h"])
     x_n, x_rstd = _normalize(w["input"](x_block), self.epsilon)
     recurrent, r_n, r_rstd = self._recurrent(w, h_prev)
     z = (_scaled(x_n, w["kernel_gamma"], w["kernel_beta"], h_prev.dtype) +
@@ -143,7 +143,7 @@ class _LayerNormLstm(sequence.Cell):
                   initializer=c_entry)
     else:
       c = kept["c"]
-    c_prev = sequence.shift_in(c_entry, c)
+    c_prev = cell_lib.shift_in(c_entry, c)
     # At a masked step this is the c it would have computed; its gradient
     # row is zeroed and its state gradient passed through by the loop.
     _, c_n, c_rstd = self._cell_state(w, i, f, g, c_prev)
@@ -168,11 +168,11 @@ class _LayerNormLstm(sequence.Cell):
             tf.concat([dz, dc], axis=-1))
 
   def weight_grads(self, w, prep, grad_block, x_block):
-    dz, dc = sequence.split_last(grad_block, [4, 1])
+    dz, dc = cell_lib.split_last(grad_block, [4, 1])
     dr = _normalize_grad(prep["r_n"], prep["r_rstd"],
                          dz * w["recurrent_gamma"])
     dxw = _normalize_grad(prep["x_n"], prep["x_rstd"], dz * w["kernel_gamma"])
-    sums = sequence.column_sums
+    sums = cell_lib.column_sums
     grads = {"kernel": w["input"].kernel_grad(x_block, dxw),
              "recurrent_kernel": w["recurrent"].kernel_grad(prep["h_prev"],
                                                             dr),
@@ -186,7 +186,7 @@ class _LayerNormLstm(sequence.Cell):
     return grads, w["input"].input_grad(dxw)
 
 
-class _LayerNormSimpleRnn(sequence.Cell):
+class LayerNormSimpleRnn(cell_lib.Cell):
   """The layer-norm SimpleRNN (see the module docstring). State `(h,)`."""
 
   gates = 1
@@ -203,7 +203,7 @@ class _LayerNormSimpleRnn(sequence.Cell):
 
   def prepare(self, w, kept, entry, x_block, mask_block):
     del mask_block  # A masked step's gradient row is zero.
-    h_prev = sequence.shift_in(entry[0], kept["h"])
+    h_prev = cell_lib.shift_in(entry[0], kept["h"])
     n, rstd = _normalize(w["input"](x_block) + w["recurrent"](h_prev),
                          self.epsilon)
     return {"h": kept["h"], "h_prev": h_prev, "n": n, "rstd": rstd}
@@ -214,12 +214,9 @@ class _LayerNormSimpleRnn(sequence.Cell):
     return (w["recurrent"].input_grad(dnet),), tf.concat([dnet, da], axis=-1)
 
   def weight_grads(self, w, prep, grad_block, x_block):
-    dnet, da = sequence.split_last(grad_block, [1, 1])
+    dnet, da = cell_lib.split_last(grad_block, [1, 1])
     grads, dx = super().weight_grads(w, prep, dnet, x_block)
-    grads["bias"] = sequence.column_sums(da)
+    grads["bias"] = cell_lib.column_sums(da)
     grads["gamma"] = _scale_grad(da, prep["n"])
     return grads, dx
 
-
-sequence.add_kind("layer_norm_lstm", _LayerNormLstm)
-sequence.add_kind("layer_norm_simple_rnn", _LayerNormSimpleRnn)

@@ -10,8 +10,8 @@ from typing import Any, Optional, Tuple
 
 import tensorflow as tf
 
-from tf_recurrent import op
-from tf_recurrent import structs
+from tf_recurrent.op import op
+from tf_recurrent.op import structs
 
 
 def _reverse_time(struct: Any, lengths: Optional[tf.Tensor]) -> Any:

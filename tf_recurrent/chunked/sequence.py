@@ -70,12 +70,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from tf_recurrent import accumulators
-from tf_recurrent import cells
-from tf_recurrent import fused_lstm
-from tf_recurrent import masks
-from tf_recurrent import structs
-from tf_recurrent import tracing
+from tf_recurrent.op import accumulators
+from tf_recurrent.chunked import cell as cell_lib
+from tf_recurrent.chunked import fused_lstm
+from tf_recurrent.chunked import kinds
+from tf_recurrent.op import masks
+from tf_recurrent.op import structs
+from tf_recurrent.op import tracing
 
 Tensor = tf.Tensor
 
@@ -91,648 +92,6 @@ _CHUNKS_IN_FLIGHT = 2
 
 # Static shapes are used where known: fewer ops to trace (a model's first
 # call traces the loops twice, Keras's train function once to initialize).
-
-
-def _rows(block: Tensor) -> Tensor:
-  """A `[K, B, w]` block as `[K * B, w]` rows of one GEMM."""
-  width = block.shape[-1]
-  return tf.reshape(block, [-1, tf.shape(block)[-1] if width is None
-                            else width])
-
-
-def _blocks(rows: Tensor, like: Tensor) -> Tensor:
-  """`[K * B, w]` rows back into a block shaped like `like` but `w` wide."""
-  shape = like.shape[:-1].concatenate(rows.shape[-1:])
-  if not shape.is_fully_defined():
-    shape = tf.concat([tf.shape(like)[:-1], tf.shape(rows)[-1:]], 0)
-  return tf.reshape(rows, shape)
-
-
-def column_sums(block: Tensor) -> Tensor:
-  """The sum of a `[K, B, ..., w]` block's rows, `[w]` (a bias gradient).
-
-  Over K first, then the rest: TF's CPU kernel sums the leading axis of a
-  `[K * B, w]` matrix several times slower (6.5 ms against 1.5 ms for a
-  `[12800, 512]` chunk of dz, the chunk's slowest op).
-  """
-  per_step = tf.reduce_sum(block, axis=0)
-  return tf.reduce_sum(per_step, axis=list(range(per_step.shape.rank - 1)))
-
-
-def shift_in(first: Tensor, block: Tensor) -> Tensor:
-  """`[first, block[0], ..., block[K-2]]`: the rows entering each step."""
-  return tf.concat([first[None], block[:-1]], axis=0)
-
-
-def _matmul_rows(a: Tensor, kernel: Tensor) -> Tensor:
-  """`a @ kernel` for `a` of any rank >= 2 (one GEMM over all its rows)."""
-  if a.shape.rank == 2:
-    return tf.matmul(a, kernel)
-  return _blocks(tf.matmul(_rows(a), kernel), a)
-
-
-def _block_masks(masks: Optional[Tensor], blocks) -> Optional[Tensor]:
-  """The dropout masks of the kernel column blocks `blocks` (indices), as
-  `_Linear` takes them: one shared `[B, F]` mask serves every block."""
-  if masks is None or masks.shape.rank == 2:
-    return masks
-  return tf.gather(masks, blocks)
-
-
-class _Linear:
-  """`a @ kernel` over `[..., B, F]` rows, and its two gradients.
-
-  With a dropout mask every row of `a` is masked before the product, the
-  same mask for every step of the sequence: one `[B, F]` mask for all of
-  the kernel's `gates` column blocks, or `[gates, B, F]`, one per block
-  (Keras's `implementation=1`, which recurrent dropout implies in
-  Keras 3.6 and later; earlier Keras draws one mask for all gates).
-  """
-
-  def __init__(self, kernel: Tensor, gates: int,
-               masks: Optional[Tensor] = None):
-    self.kernel = kernel
-    # Transposed once: a transposing matmul inside the loop costs several
-    # times the plain one on this CPU (benchmarks/PROFILE.md).
-    self.kernel_t = tf.transpose(kernel)
-    self.gates = gates
-    self.masks = masks
-    self.per_gate = masks is not None and masks.shape.rank == 3
-
-  def _per_gate(self, t: Tensor, axis: int = -1) -> List[Tensor]:
-    return tf.split(t, self.gates, axis=axis)
-
-  def _masked(self, a: Tensor) -> Tensor:
-    return a if self.masks is None else a * self.masks
-
-  def __call__(self, a: Tensor) -> Tensor:
-    if not self.per_gate:
-      return _matmul_rows(self._masked(a), self.kernel)
-    return tf.concat([_matmul_rows(a * self.masks[g], k)
-                      for g, k in enumerate(self._per_gate(self.kernel))],
-                     axis=-1)
-
-  def input_grad(self, dz: Tensor) -> Tensor:
-    """The gradient of `a` given the gradient `dz` of `self(a)`."""
-    if not self.per_gate:
-      return self._masked(_matmul_rows(dz, self.kernel_t))
-    return tf.add_n([
-        _matmul_rows(d, k) * self.masks[g] for g, (d, k) in enumerate(
-            zip(self._per_gate(dz), self._per_gate(self.kernel_t, 0)))])
-
-  def kernel_grad(self, a: Tensor, dz: Tensor) -> Tensor:
-    """The kernel's gradient, one GEMM over all rows of `a` and `dz`."""
-    if not self.per_gate:
-      return tf.matmul(_rows(self._masked(a)), _rows(dz), transpose_a=True)
-    return tf.concat([
-        tf.matmul(_rows(a * self.masks[g]), _rows(d), transpose_a=True)
-        for g, d in enumerate(self._per_gate(dz))], axis=-1)
-
-
-class Cell:
-  """What the chunked loops ask of a cell's math (`Lstm`, `_Gru`, ...).
-
-  A cell reads its weights as built by `weights()`: `input` and
-  `recurrent` (`_Linear` maps of the kernels, with the call's dropout
-  masks) and the biases.
-
-  Attributes:
-    gates: Width of the projection in units of H.
-    grad_gates: Width of a step's gradient row (`grad_step`'s second
-      result, `weight_grads`' block) in units of H, if not `gates`.
-    gate_rows: Rows of the gate-major `[n, B, H]` activations kept per step.
-    state_rows: The state leaves a step writes as rows of the same name
-      (with a mask, the carried state is written).
-    kept_with_gates: What the backward pass reads per step besides the
-      outputs, unless recomputing.
-    takes_zoneout: Whether `run`'s zoneout applies (the loops zone the
-      state leaves out around `step` and `grad_step`; `prepare` gets the
-      chunk's masks as `zone_block`).
-  """
-
-  gates: int
-  takes_zoneout: bool = False
-  grad_gates: Optional[int] = None
-  gate_rows: int = 0
-  state_rows: Tuple[str, ...] = ("h",)
-  kept_with_gates: Tuple[str, ...] = ()
-
-  def __init__(self, recompute: bool, use_xla: bool = False,
-               epsilon: float = 1e-3, weight_names=(), geometry=None):
-    self.recompute = recompute
-    self.use_xla = use_xla
-    self.epsilon = epsilon
-    self.weight_names = frozenset(weight_names)
-    self.geometry = geometry
-
-  def widths(self, recurrent_kernel: Tensor) -> Dict[str, Any]:
-    """`{"h": P, "cell": H}`: h's width (the recurrent kernel's rows) and
-    the cell's (its columns over `gates`), Python ints where static."""
-    static = recurrent_kernel.shape
-    dynamic = tf.shape(recurrent_kernel)
-    rows = static[0] if static[0] is not None else dynamic[0]
-    columns = static[1] if static[1] is not None else dynamic[1]
-    return {"h": rows, "cell": columns // self.gates}
-
-  def grad_columns(self, widths) -> Any:
-    """The width of a step's gradient row (`grad_step`'s second result,
-    `weight_grads`' block)."""
-    return (self.grad_gates or self.gates) * widths["cell"]
-
-  def kept(self) -> Tuple[str, ...]:
-    """The per-step rows the backward pass reads besides the outputs
-    (which it always reads: h entering each step)."""
-    return () if self.recompute else self.kept_with_gates
-
-  def row_shapes(self, widths) -> Dict[str, Tuple[Any, Optional[int]]]:
-    """Per row written per step, `(columns, gate rows)`: h `[B, P]`, and
-    what `kept()` names, `[B, H]` or gate-major `[gate_rows, B, H]`."""
-    shapes = {"h": (widths["h"], None)}
-    for name in self.kept():
-      shapes[name] = (widths["cell"],
-                      self.gate_rows if name == "gates" else None)
-    return shapes
-
-  def weights(self, w: Dict[str, Tensor], dropout: Dict[str, Tensor]):
-    """The step math's weights from the layer's (in the compute dtype) and
-    the dropout masks (`dropout`: "inputs", "recurrent"; see `_Linear`)."""
-    return {**w,
-            "input": self.linear(w["kernel"], dropout.get("inputs"),
-                                 recurrent=False),
-            "recurrent": self.linear(w["recurrent_kernel"],
-                                     dropout.get("recurrent"),
-                                     recurrent=True)}
-
-  def linear(self, kernel: Tensor, masks: Optional[Tensor],
-             recurrent: bool) -> "_Linear":
-    """The map of the input (or recurrent) kernel: a product of rows
-    (`_Linear`); a convolutional kind's convolution."""
-    del recurrent
-    return _Linear(kernel, self.gates, masks)
-
-  def external_grads(self, grads):
-    """The weight gradients in the layer's layout (see `Lstm`)."""
-    return grads
-
-  def project(self, w, x_block):
-    """The projected inputs `x W + b` of a `[K, B, D]` block."""
-    return w["input"](x_block) + w["bias"]
-
-  def weight_grads(self, w, prep, dz_block, x_block):
-    """(the weights' gradients from one chunk, its inputs' gradient):
-    single GEMMs over the chunk's `[K, B, .]` blocks."""
-    grads = {"kernel": w["input"].kernel_grad(x_block, dz_block),
-             "recurrent_kernel": w["recurrent"].kernel_grad(prep["h_prev"],
-                                                            dz_block),
-             "bias": column_sums(dz_block)}
-    return grads, w["input"].input_grad(dz_block)
-
-
-# Keras's LSTM gate blocks [i, f, c, o] in the order of TensorFlow's fused
-# LSTM kernels, [i, c, f, o] (a swap of the middle two: its own inverse).
-_ICFO = (0, 2, 1, 3)
-
-
-def _reorder_gates(t: Tensor, order, count: int, axis: int = -1) -> Tensor:
-  """`t`'s `axis`, `count` gate blocks long, with its blocks in `order`."""
-  blocks = tf.split(t, count, axis=axis)
-  return tf.concat([blocks[k] for k in order], axis=axis)
-
-
-# The dtypes `LSTMBlockCellGrad` has CPU kernels for.
-_FUSED_GRAD_DTYPES = (tf.float32, tf.float16)
-
-
-def _no_peephole(like: Tensor) -> Tensor:
-  """The fused gradient's peephole weights, unused (`use_peephole=False`)."""
-  return tf.zeros(tf.shape(like)[-1:], like.dtype)
-
-
-class Lstm(Cell):
-  """LSTM math for the chunked loops.
-
-  Weights (Keras's layout, gate blocks `[i, f, c, o]`): kernel `[D, 4H]`,
-  recurrent_kernel `[H, 4H]`, bias `[4H]`. Inside the loops the blocks are
-  in the order `[i, c, f, o]` of TensorFlow's fused LSTM kernels, so that
-  the backward step's elementwise work is one `LSTMBlockCellGrad` op in the
-  TF executor (`_FUSED_GRAD_DTYPES`; XLA has no kernel for it and fuses the
-  plain math itself). State: `(h, c)`.
-
-  Kept per step (unless recomputing): the gate activations `[4, B, H]`
-  (gate-major, so that a step reads each gate as an aliased slice, not a
-  copy) and, in the TF executor, c. Under XLA a chunk's c is rebuilt from
-  the gates instead (one fused elementwise pass, where the executor's scan
-  cost 26-96 us a step at B=256): 0.5x the state less memory per step.
-  The outputs give h entering a step.
-
-  With a `projection` weight `[H, P]` (PyTorch's `nn.LSTM(proj_size=P)`,
-  TF1's `LSTMCell(num_proj=P)`), `h = (o * tanh(c)) @ projection` is P
-  wide and the recurrent kernel is `[P, 4H]`. Backward, a step's
-  `d(o * tanh(c))` is `dh @ projection^T` (a second sequential GEMM), and
-  its gradient row carries dh `[B, P]` after dz for the projection's
-  gradient, one GEMM per chunk.
-  """
-
-  gates = 4
-  gate_rows = 4
-  state_rows = ("h", "c")
-  takes_zoneout = True
-
-  def kept(self):
-    if self.recompute:
-      return ()
-    return ("gates",) if self.use_xla else ("c", "gates")
-
-  @property
-  def projected(self) -> bool:
-    return "projection" in self.weight_names
-
-  def grad_columns(self, widths):
-    return 4 * widths["cell"] + (widths["h"] if self.projected else 0)
-
-  def weights(self, w, dropout):
-    w = {k: (_reorder_gates(v, _ICFO, 4) if k in _LSTM_WEIGHTS else v)
-         for k, v in w.items()}
-    dropout = {k: _block_masks(m, _ICFO) for k, m in dropout.items()}
-    w = super().weights(w, dropout)
-    if self.projected:
-      w["projection_t"] = tf.transpose(w["projection"])
-      # The fused gradient's w only gives it shapes: `[H, 4H]`.
-      units = tf.shape(w["projection"])[0]
-      w["fused_shape"] = tf.zeros([units, 4 * units], w["projection"].dtype)
-    else:
-      w["fused_shape"] = w["recurrent_kernel"]
-    return w
-
-  def _output(self, w, m):
-    """h from `m = o * tanh(c)` (`[..., B, H]`): m, or m projected."""
-    return _matmul_rows(m, w["projection"]) if self.projected else m
-
-  def external_grads(self, grads):
-    return {k: (_reorder_gates(v, _ICFO, 4) if k in _LSTM_WEIGHTS else v)
-            for k, v in grads.items()}
-
-  def _activate(self, z):
-    """Gate activations `(i, g, f, o)` of pre-activations `[..., 4H]`."""
-    zi, zg, zf, zo = tf.split(z, 4, axis=-1)
-    return tf.sigmoid(zi), tf.tanh(zg), tf.sigmoid(zf), tf.sigmoid(zo)
-
-  def step(self, w, state, projected):
-    h, c = state
-    i, g, f, o = self._activate(projected + w["recurrent"](h))
-    c1, m1 = cells.lstm_state(i, f, g, o, c)
-    h1 = self._output(w, m1)
-    return (h1, c1), self._rows(h1, c1, (i, g, f, o))
-
-  def _rows(self, h1, c1, gates):
-    """A step's rows: h, and what `kept()` names."""
-    rows = {"h": h1, "c": c1, "gates": None}
-    kept = self.kept()
-    if "gates" in kept:
-      rows["gates"] = tf.stack(gates)
-    return {k: v for k, v in rows.items() if k == "h" or k in kept}
-
-  def prepare(self, w, kept, entry, x_block, mask_block, zone_block=None):
-    """What the chunk's backward steps and weight GEMMs read, `[K, ...]`.
-
-    kept: The chunk's kept blocks and "h", the outputs of its steps.
-    mask_block: The chunk's `[K, B]` mask, or None.
-    zone_block: The chunk's zoneout masks ("c": `[K, B, H]`), or None.
-    """
-    h_entry, c_entry = entry
-    h_prev = shift_in(h_entry, kept["h"])
-    if self.recompute:
-      z = self.project(w, x_block) + w["recurrent"](h_prev)
-      gates = tf.stack(self._activate(z), axis=1)
-      c = self._cell_states(c_entry, gates, mask_block, zone_block)
-    else:
-      gates = kept["gates"]
-      c = (kept["c"] if "c" in kept else
-           self._cell_states(c_entry, gates, mask_block, zone_block))
-    c_prev = shift_in(c_entry, c)
-    if zone_block is not None:
-      # The carried c is zoned out; the step's gradient reads the c it
-      # computed, `f * c_prev + i * g`.
-      c = gates[:, 2] * c_prev + gates[:, 0] * gates[:, 1]
-    return {"gates": gates, "c": c, "c_prev": c_prev, "h_prev": h_prev}
-
-  def _cell_states(self, c_entry, gates, mask_block, zone_block=None):
-    """The chunk's c rows, `c_t = f_t * c_{t-1} + i_t * g_t`, from its entry.
-
-    At a masked step c is carried (f = 1, i * g = 0: exactly c_{t-1}); with
-    zoneout `c_t = k * c_{t-1} + (1 - k) * (f * c_{t-1} + i * g)` (f
-    becomes `k + (1 - k) f`, i * g `(1 - k) i g`). Elementwise only (no
-    GEMM): with `recompute=True` cheaper to redo per chunk than to keep H
-    floats per step.
-    """
-    forget, update = gates[:, 2], gates[:, 0] * gates[:, 1]
-    if zone_block is not None:
-      keep = zone_block["c"]
-      forget, update = keep + (1.0 - keep) * forget, (1.0 - keep) * update
-    if mask_block is not None:
-      forget = masks.select(mask_block, forget, tf.ones_like(forget))
-      update = masks.zero_where_off(mask_block, update)
-    return tf.scan(lambda c, fu: fu[0] * c + fu[1], (forget, update),
-                   initializer=c_entry)
-
-  def grad_step(self, w, prep, j, dstate):
-    """(d state entering step j, the step's dz row)."""
-    dh, dc = dstate
-    # The gradient of m = o * tanh(c), which h is (or projects).
-    dm = tf.matmul(dh, w["projection_t"]) if self.projected else dh
-    # Leading-axis slices: the TF executor aliases them, where a gather
-    # copies (at B=256 a copy per read was a large part of the step).
-    gates = prep["gates"][j]
-    i, g, f, o = gates[0], gates[1], gates[2], gates[3]
-    c, c_prev = prep["c"][j], prep["c_prev"][j]
-    tanh_c = tf.tanh(c)
-    if not self.use_xla and dh.dtype in _FUSED_GRAD_DTYPES:
-      # One fused kernel for the ~20 elementwise ops below (the same math,
-      # in the same gate order); x, h_prev, w and b only give it shapes.
-      dc_prev, dz, _, _, _ = tf.raw_ops.LSTMBlockCellGrad(
-          x=dm[:, :0], cs_prev=c_prev, h_prev=dm, w=w["fused_shape"],
-          wci=_no_peephole(dm), wcf=_no_peephole(dm), wco=_no_peephole(dm),
-          b=w["bias"], i=i, cs=c, f=f, o=o, ci=g, co=tanh_c, cs_grad=dc,
-          h_grad=dm, use_peephole=False)
-    else:
-      (dzi, dzf, dzg, dzo), dc = cells.lstm_gate_grads(i, f, g, o, c_prev,
-                                                       tanh_c, dm, dc)
-      dz = tf.concat([dzi, dzg, dzf, dzo], axis=-1)
-      dc_prev = dc * f
-    row = tf.concat([dz, dh], axis=-1) if self.projected else dz
-    return (w["recurrent"].input_grad(dz), dc_prev), row
-
-  def weight_grads(self, w, prep, dz_block, x_block):
-    if not self.projected:
-      return super().weight_grads(w, prep, dz_block, x_block)
-    width = tf.shape(w["projection"])[0]
-    dz_block, dh_block = tf.split(dz_block, [4 * width, -1], axis=-1)
-    grads, dx = super().weight_grads(w, prep, dz_block, x_block)
-    m = prep["gates"][:, 3] * tf.tanh(prep["c"])
-    grads["projection"] = tf.matmul(_rows(m), _rows(dh_block),
-                                    transpose_a=True)
-    return grads, dx
-
-
-_LSTM_WEIGHTS = ("kernel", "recurrent_kernel", "bias")
-
-
-class _PeepholeLstm(Lstm):
-  """Peephole LSTM math (Gers & Schmidhuber 2000) for the chunked loops.
-
-  As `Lstm`, plus diagonal peephole weights `peephole` `[3, H]` (rows
-  p_i, p_f, p_o): `i = sigmoid(z_i + p_i * c_prev)`,
-  `f = sigmoid(z_f + p_f * c_prev)`, `c = f * c_prev + i * g`,
-  `o = sigmoid(z_o + p_o * c)` (the new c). Kept per step: as `Lstm`; with
-  `recompute=True` a chunk's gates are rebuilt along its c recurrence (o
-  reads the new c). In the TF executor the backward step is `Lstm`'s fused
-  `LSTMBlockCellGrad` plus the peephole terms (see `grad_step`). The
-  peephole weights' gradients are summed per chunk from the dz block and
-  the chunk's c rows, like the bias's.
-  """
-
-  takes_zoneout = False
-
-  def _peephole_step(self, p, z, c_prev):
-    """`(i, g, f, o, c)` of one step from its pre-activations `[..., 4H]`
-    (without the peephole terms) and the c entering it."""
-    zi, zg, zf, zo = tf.split(z, 4, axis=-1)
-    i = tf.sigmoid(zi + p[0] * c_prev)
-    f = tf.sigmoid(zf + p[1] * c_prev)
-    g = tf.tanh(zg)
-    c = f * c_prev + i * g
-    return i, g, f, tf.sigmoid(zo + p[2] * c), c
-
-  def step(self, w, state, projected):
-    h, c = state
-    i, g, f, o, c1 = self._peephole_step(
-        w["peephole"], projected + w["recurrent"](h), c)
-    h1 = o * tf.tanh(c1)
-    return (h1, c1), self._rows(h1, c1, (i, g, f, o))
-
-  def prepare(self, w, kept, entry, x_block, mask_block):
-    if not self.recompute:
-      return super().prepare(w, kept, entry, x_block, mask_block)
-    h_entry, c_entry = entry
-    h_prev = shift_in(h_entry, kept["h"])
-    z = self.project(w, x_block) + w["recurrent"](h_prev)
-    # The gates read c (i, f the entering one, o the new one): rebuilt
-    # along the c recurrence, elementwise; a masked step carries c.
-    def rebuild(carry, inputs):
-      c_prev = carry[0]
-      i, g, f, o, c = self._peephole_step(w["peephole"], inputs[0], c_prev)
-      if mask_block is not None:
-        c = masks.select(inputs[1], c, c_prev)
-      return c, tf.stack([i, g, f, o])
-
-    c, gates = tf.scan(
-        rebuild, (z,) if mask_block is None else (z, mask_block),
-        initializer=(c_entry, tf.stack([c_entry] * 4)))
-    return {"gates": gates, "c": c, "c_prev": shift_in(c_entry, c),
-            "h_prev": h_prev}
-
-  def grad_step(self, w, prep, j, dstate):
-    dh, dc = dstate
-    gates = prep["gates"][j]
-    i, g, f, o = gates[0], gates[1], gates[2], gates[3]
-    c, c_prev = prep["c"][j], prep["c_prev"][j]
-    p = w["peephole"]
-    tanh_c = tf.tanh(c)
-    if not self.use_xla and dh.dtype in _FUSED_GRAD_DTYPES:
-      # The fused kernel without its peephole paths, which are added here:
-      # with `use_peephole=True` it returns wrong di/df/dci and cs_prev_grad
-      # inside a graph, right eagerly. Its CPU kernel forwards the wci/wcf/
-      # wco input buffers into their gradients and zeroes those before
-      # reading the weights (lstm_ops.cc), so where a graph lets it forward
-      # them it reads zeros. The o peephole enters as part of c's gradient.
-      dzo = tf.raw_ops.SigmoidGrad(y=o, dy=dh * tanh_c)
-      dc_prev, dz, _, _, _ = tf.raw_ops.LSTMBlockCellGrad(
-          x=dh[:, :0], cs_prev=c_prev, h_prev=dh, w=w["recurrent_kernel"],
-          wci=_no_peephole(dh), wcf=_no_peephole(dh), wco=_no_peephole(dh),
-          b=w["bias"], i=i, cs=c, f=f, o=o, ci=g, co=tanh_c,
-          cs_grad=dc + dzo * p[2], h_grad=dh, use_peephole=False)
-      dzi, _, dzf, _ = tf.split(dz, 4, axis=-1)
-      dc_prev = dc_prev + dzi * p[0] + dzf * p[1]
-    else:
-      dzo = tf.raw_ops.SigmoidGrad(y=o, dy=dh * tanh_c)
-      dc = dc + tf.raw_ops.TanhGrad(y=tanh_c, dy=dh * o) + dzo * p[2]
-      dzi = tf.raw_ops.SigmoidGrad(y=i, dy=dc * g)
-      dzf = tf.raw_ops.SigmoidGrad(y=f, dy=dc * c_prev)
-      dzg = tf.raw_ops.TanhGrad(y=g, dy=dc * i)
-      dz = tf.concat([dzi, dzg, dzf, dzo], axis=-1)
-      dc_prev = dc * f + dzi * p[0] + dzf * p[1]
-    return (w["recurrent"].input_grad(dz), dc_prev), dz
-
-  def weight_grads(self, w, prep, dz_block, x_block):
-    grads, dx = super().weight_grads(w, prep, dz_block, x_block)
-    dzi, _, dzf, dzo = tf.split(dz_block, 4, axis=-1)
-    c_prev = prep["c_prev"]
-    grads["peephole"] = tf.stack([column_sums(dzi * c_prev),
-                                  column_sums(dzf * c_prev),
-                                  column_sums(dzo * prep["c"])])
-    return grads, dx
-
-
-class _Gru(Cell):
-  """GRU math (Keras `reset_after=True`, gates `[z, r, h]`) for the loops.
-
-  Zoneout needs nothing of it: the gradient reads h entering a step (the
-  outputs, zoned out) and the kept or recomputed gates.
-
-  Weights: kernel `[D, 3H]`, recurrent_kernel `[H, 3H]`, bias `[3H]` (the
-  input bias), recurrent_bias `[3H]`. State: `(h,)`. Kept per step (unless
-  recomputing): `[z, r, h~, U_h h + b_h]`, gate-major `[4, B, H]`.
-  """
-
-  gates = 3
-  gate_rows = 4
-  kept_with_gates = ("gates",)
-  takes_zoneout = True
-
-  def _gates(self, w, projected, h):
-    recurrent = w["recurrent"](h) + w["recurrent_bias"]
-    xz, xr, xh = tf.split(projected, 3, axis=-1)
-    rz, rr, rh = tf.split(recurrent, 3, axis=-1)
-    z = tf.sigmoid(xz + rz)
-    r = tf.sigmoid(xr + rr)
-    hh = tf.tanh(xh + r * rh)
-    return z, r, hh, rh
-
-  def step(self, w, state, projected):
-    (h,) = state
-    gates = self._gates(w, projected, h)  # z, r, h~ (, more kept).
-    z, hh = gates[0], gates[2]
-    h1 = z * h + (1.0 - z) * hh
-    rows = {"h": h1}
-    if not self.recompute:
-      rows["gates"] = tf.stack(gates)
-    return (h1,), rows
-
-  def prepare(self, w, kept, entry, x_block, mask_block, zone_block=None):
-    # h_prev is read from the outputs, carried when masked, zoned out.
-    del mask_block, zone_block
-    h_prev = shift_in(entry[0], kept["h"])
-    if self.recompute:
-      gates = tf.stack(self._gates(w, self.project(w, x_block), h_prev),
-                       axis=1)
-    else:
-      gates = kept["gates"]
-    return {"gates": gates, "h_prev": h_prev}
-
-  def grad_step(self, w, prep, j, dstate):
-    (dh,) = dstate
-    gates = prep["gates"][j]  # Aliased slices, as in `Lstm.grad_step`.
-    z, r, hh, rh = gates[0], gates[1], gates[2], gates[3]
-    dz, dr, dhh = cells.gru_gate_grads(z, r, hh, rh, prep["h_prev"][j], dh)
-    drecurrent = tf.concat([dz, dr, dhh * r], axis=-1)
-    dh_prev = dh * z + w["recurrent"].input_grad(drecurrent)
-    return (dh_prev,), tf.concat([dz, dr, dhh], axis=-1)
-
-  def weight_grads(self, w, prep, dprojected_block, x_block):
-    zr, dhh = split_last(dprojected_block, [2, 1])
-    drecurrent = tf.concat([zr, dhh * prep["gates"][:, 1]], axis=-1)
-    grads, dx = super().weight_grads(w, prep, dprojected_block, x_block)
-    grads["recurrent_kernel"] = w["recurrent"].kernel_grad(prep["h_prev"],
-                                                           drecurrent)
-    grads["recurrent_bias"] = column_sums(drecurrent)
-    return grads, dx
-
-
-def split_last(t: Tensor, parts: Sequence[int]) -> List[Tensor]:
-  """`t`'s last axis cut into blocks `parts` gate widths wide."""
-  width = tf.shape(t)[-1] // sum(parts)
-  return tf.split(t, [p * width for p in parts], axis=-1)
-
-
-class _GruResetBefore(_Gru):
-  """GRU math with Keras's `reset_after=False` (the reset gate applied to h
-  before the matmul: `h~ = tanh(x W_h + (r * h) U_h + b_h)`).
-
-  Weights: kernel `[D, 3H]`, recurrent_kernel `[H, 3H]`, bias `[3H]`. Two
-  sequential GEMMs per step each way: `h U_zr`, then `(r * h) U_h`. Kept
-  per step (unless recomputing): `[z, r, h~]`, gate-major `[3, B, H]`.
-  """
-
-  gate_rows = 3
-
-  def weights(self, w, dropout):
-    w = Cell.weights(self, w, dropout)
-    zr, h = split_last(w["recurrent_kernel"], [2, 1])
-    masks_ = dropout.get("recurrent")
-    w["recurrent_zr"] = _Linear(zr, 2, _block_masks(masks_, [0, 1]))
-    w["recurrent_h"] = _Linear(h, 1, _block_masks(masks_, [2]))
-    return w
-
-  def _gates(self, w, projected, h):
-    xz, xr, xh = tf.split(projected, 3, axis=-1)
-    rz, rr = tf.split(w["recurrent_zr"](h), 2, axis=-1)
-    z = tf.sigmoid(xz + rz)
-    r = tf.sigmoid(xr + rr)
-    return z, r, tf.tanh(xh + w["recurrent_h"](r * h))
-
-  def grad_step(self, w, prep, j, dstate):
-    (dh,) = dstate
-    gates = prep["gates"][j]
-    z, r, hh = gates[0], gates[1], gates[2]
-    h_prev = prep["h_prev"][j]
-    dhh = tf.raw_ops.TanhGrad(y=hh, dy=dh * (1.0 - z))
-    dz = tf.raw_ops.SigmoidGrad(y=z, dy=dh * (h_prev - hh))
-    d_reset_h = w["recurrent_h"].input_grad(dhh)  # d (r * h_prev)
-    dr = tf.raw_ops.SigmoidGrad(y=r, dy=d_reset_h * h_prev)
-    dh_prev = (dh * z + d_reset_h * r +
-               w["recurrent_zr"].input_grad(tf.concat([dz, dr], axis=-1)))
-    return (dh_prev,), tf.concat([dz, dr, dhh], axis=-1)
-
-  def weight_grads(self, w, prep, dprojected_block, x_block):
-    dzr, dhh = split_last(dprojected_block, [2, 1])
-    # The input kernel's and bias's as any cell's (not `_Gru`'s, whose
-    # recurrent kernel reads h itself and has a bias of its own).
-    grads, dx = Cell.weight_grads(self, w, prep, dprojected_block, x_block)
-    h_prev = prep["h_prev"]
-    grads["recurrent_kernel"] = tf.concat([
-        w["recurrent_zr"].kernel_grad(h_prev, dzr),
-        w["recurrent_h"].kernel_grad(prep["gates"][:, 1] * h_prev, dhh)],
-        axis=-1)
-    return grads, dx
-
-
-class _SimpleRnn(Cell):
-  """Elman math (Keras SimpleRNN, tanh): `h = tanh(x W + b + h U)`.
-
-  Weights: kernel `[D, H]`, recurrent_kernel `[H, H]`, bias `[H]`. Nothing
-  is kept but the outputs: the gradient of tanh reads h itself.
-  """
-
-  gates = 1
-
-  def step(self, w, state, projected):
-    h1 = tf.tanh(projected + w["recurrent"](state[0]))
-    return (h1,), {"h": h1}
-
-  def prepare(self, w, kept, entry, x_block, mask_block):
-    del w, x_block, mask_block  # A masked step's dz is zero: its h unused.
-    return {"h": kept["h"], "h_prev": shift_in(entry[0], kept["h"])}
-
-  def grad_step(self, w, prep, j, dstate):
-    dz = tf.raw_ops.TanhGrad(y=prep["h"][j], dy=dstate[0])
-    return (w["recurrent"].input_grad(dz),), dz
-
-
-_CELLS = {"lstm": Lstm, "peephole_lstm": _PeepholeLstm, "gru": _Gru,
-          "gru_reset_before": _GruResetBefore, "simple_rnn": _SimpleRnn}
-
-
-def add_kind(kind: str, cell_class: type) -> None:
-  """Registers the math of a `run` kind kept in another module (a `Cell`
-  subclass, e.g. `tf_recurrent.normalized`'s layer-norm cells)."""
-  _CELLS[kind] = cell_class
-
-
-def _cell(spec, recompute: bool, use_xla: bool, weights) -> Cell:
-  """The math of `spec`, `(kind, epsilon, geometry)`, given the weights'
-  names."""
-  kind, epsilon, geometry = spec
-  return _CELLS[kind](recompute, use_xla, epsilon, weights, geometry)
 
 
 class _Chunks:
@@ -808,7 +167,7 @@ class _Chunks:
   def _template(self, leading, columns, gate_rows=None):
     """Zeros `leading + [B, columns]` (columns None: the input's D), or with
     `gate_rows` n, `leading + [n, B, columns]` (gate-major). Columns: a
-    Python int where static, else a scalar tensor (`Cell.widths`); a tuple
+    Python int where static, else a scalar tensor (`cell_lib.Cell.widths`); a tuple
     for a convolutional kind's rows, `[B, ..., F]`."""
     x = self._x
     batch_axis = int(self.time_major)
@@ -892,9 +251,9 @@ class _Row:
     return self._row
 
 
-def _compute_weights(cell: Cell, weights: Dict[str, Tensor], dtype,
+def _compute_weights(cell: cell_lib.Cell, weights: Dict[str, Tensor], dtype,
                      dropout: Optional[Dict[str, Tensor]]):
-  """The cell's weights (`Cell.weights`) in the compute dtype."""
+  """The cell's weights (`cell_lib.Cell.weights`) in the compute dtype."""
   return cell.weights({k: tf.cast(v, dtype) for k, v in weights.items()},
                       {k: tf.cast(m, dtype) for k, m in (dropout or {}).items()})
 
@@ -912,7 +271,7 @@ def _forward(spec, recompute, use_xla, x, state0, weights, chunk, mask=None,
     dense tensors: the gradient function captures them, and SavedModel
     cannot save a gradient function capturing a TensorList (a variant).
   """
-  cell = _cell(spec, recompute, use_xla, weights)
+  cell = kinds.make(spec, recompute, use_xla, weights)
   grid = _Chunks(x, use_xla, chunk, time_major)
   w = _compute_weights(cell, weights, x.dtype, dropout)
   shapes = cell.row_shapes(cell.widths(weights["recurrent_kernel"]))
@@ -971,7 +330,7 @@ def _backward(spec, recompute, use_xla, x, weights, outputs, kept, entries,
   time_major), or None where nothing read them (a model of the last output
   only): then no step adds one.
   """
-  cell = _cell(spec, recompute, use_xla, weights)
+  cell = kinds.make(spec, recompute, use_xla, weights)
   grid = _Chunks(x, use_xla, chunk, time_major)
   w = _compute_weights(cell, weights, x.dtype, dropout)
   kept_names = cell.kept()
@@ -1081,7 +440,7 @@ def _zone_block(grid: "_Chunks", zoneout, start, dtype):
           for leaf, m in zoneout.items()}
 
 
-def _zoned_out(cell: Cell, zone_block, j, state, computed):
+def _zoned_out(cell: cell_lib.Cell, zone_block, j, state, computed):
   """Zoneout of step j: per unit the entering value where the mask is 1
   (its expectation `k * entering + (1 - k) * computed` for a mask k)."""
   return tuple(zone_block[leaf][j] * s + (1.0 - zone_block[leaf][j]) * n
@@ -1109,8 +468,8 @@ _BACKWARD_UNKNOWN = (-1, 0, -1, -1, -1, -1, -1, 0, 2, -1, -1)  # x, weights,
 
 def _check_zoneout(kind: str, zoneout: Dict[str, Tensor]) -> None:
   """Zoneout only where built, on the state leaves of the kind."""
-  cell_class = _CELLS[kind]
-  takers = sorted(k for k, c in _CELLS.items() if c.takes_zoneout)
+  cell_class = kinds.CELLS[kind]
+  takers = sorted(k for k, c in kinds.CELLS.items() if c.takes_zoneout)
   if not cell_class.takes_zoneout:
     raise ValueError(f"sequence.run: zoneout is built for the kinds "
                      f"{takers}, not {kind!r}.")
@@ -1237,8 +596,8 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
   >>> outputs.shape
   TensorShape([5, 4, 2])
   """
-  if kind not in _CELLS:
-    raise ValueError(f"sequence.run: kind must be one of {sorted(_CELLS)}; "
+  if kind not in kinds.CELLS:
+    raise ValueError(f"sequence.run: kind must be one of {sorted(kinds.CELLS)}; "
                      f"got {kind!r}.")
   if zoneout is not None:
     _check_zoneout(kind, zoneout)

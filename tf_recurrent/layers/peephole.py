@@ -19,8 +19,8 @@ gradient, like `tf_recurrent.LSTM`.
 import keras
 from keras import ops
 
-from tf_recurrent import cell_layers
-from tf_recurrent import layers
+from tf_recurrent.engine import built_in
+from tf_recurrent.layers import cell_layers
 
 
 @keras.saving.register_keras_serializable(package="tf_recurrent")
@@ -88,8 +88,8 @@ class PeepholeLSTMCell(keras.layers.LSTMCell):
             **cell_layers.weight_config(self, "peephole")}
 
 
-layers.BUILT_IN_CELLS[PeepholeLSTMCell] = layers.BuiltInCell(
-    lambda cell: "peephole_lstm", layers.KERAS_GATES,
+built_in.BUILT_IN_CELLS[PeepholeLSTMCell] = built_in.BuiltInCell(
+    lambda cell: "peephole_lstm", built_in.KERAS_GATES,
     extra_weights=lambda cell: {"peephole": cell.peephole})
 
 @keras.saving.register_keras_serializable(package="tf_recurrent")

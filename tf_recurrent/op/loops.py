@@ -25,14 +25,14 @@ from typing import Any, Callable, List, Optional, Tuple, Union
 
 import tensorflow as tf
 
-from tf_recurrent import accumulators
-from tf_recurrent import lengths as lengths_lib
-from tf_recurrent import masks
-from tf_recurrent import probe as probe_lib
-from tf_recurrent import recompute
-from tf_recurrent import seeds
-from tf_recurrent import step_clusters
-from tf_recurrent import structs
+from tf_recurrent.op import accumulators
+from tf_recurrent.op import lengths as lengths_lib
+from tf_recurrent.op import masks
+from tf_recurrent.op import probe as probe_lib
+from tf_recurrent.op import recompute
+from tf_recurrent.op import seeds
+from tf_recurrent.op import step_clusters
+from tf_recurrent.op import structs
 
 
 @dataclasses.dataclass(frozen=True)

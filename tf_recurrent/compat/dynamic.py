@@ -11,7 +11,7 @@ objects). Their backward pass keeps only the per-step states:
 
 * a plain `keras.layers.LSTMCell` / `GRUCell` / `SimpleRNNCell` (the options
   `tf_recurrent.LSTM` / `GRU` / `SimpleRNN` run with a built-in step) runs
-  on the layers' own loop (`layers.py`, `sequence.py`);
+  on the engine's chunked loops (`tf_recurrent.engine`);
 * any other cell runs on `tf_recurrent.recurrent`, the cell recomputed step
   by step in the backward pass, its variables getting gradients through the
   op's captured-variable support.
@@ -25,13 +25,13 @@ from typing import Any, Callable, Optional, Tuple
 import keras
 import tensorflow as tf
 
-from tf_recurrent import accumulators
-from tf_recurrent import bidirectional as bidirectional_lib
-from tf_recurrent import layers
-from tf_recurrent import lengths as lengths_lib
-from tf_recurrent import masks
-from tf_recurrent import op
-from tf_recurrent import structs
+from tf_recurrent import engine
+from tf_recurrent.op import accumulators
+from tf_recurrent.op import bidirectional as bidirectional_lib
+from tf_recurrent.op import lengths as lengths_lib
+from tf_recurrent.op import masks
+from tf_recurrent.op import op
+from tf_recurrent.op import structs
 
 LoopFn = Callable[[tf.Tensor, Any, Any, Any], Tuple[Any, Any, Any, Any, Any]]
 
@@ -434,21 +434,16 @@ def _dynamic(cell, inputs, sequence_length, initial_state, dtype,
 
 
 def _fast(cell, inputs, lengths, state0):
-  """A plain built-in Keras cell (LSTMCell, GRUCell, SimpleRNNCell, a
-  ConvLSTM cell, ...): the layers' own loop."""
-  if (layers.BUILT_IN_CELLS.get(type(cell)) is None or
-      tf.nest.is_nested(inputs) or not cell.built):
+  """The engine's run of a plain built-in Keras cell (LSTMCell, GRUCell,
+  SimpleRNNCell, a ConvLSTM cell, ...) on its chunked loops, or None for
+  any other cell (which `_generic` runs: it also steps RNNCell-protocol
+  objects, and stops at the longest sequence)."""
+  ran = engine.run(cell, inputs, tf.nest.flatten(state0), lengths=lengths,
+                   time_major=True, zero_output_for_mask=True,
+                   convertible=False, generic=lambda: None)
+  if ran is None:
     return None
-  mask = None
-  if lengths is not None:
-    mask = tf.transpose(tf.sequence_mask(lengths, tf.shape(inputs)[0]))
-  # pylint: disable=protected-access
-  loop = layers.RNN(cell, zero_output_for_mask=True)
-  found = loop._fast_loop(inputs, list(tf.nest.flatten(state0)), mask,
-                          training=False, time_major=True)
-  if found is None:
-    return None
-  outputs, final, _ = found
+  outputs, final, _ = ran
   return outputs, tf.nest.pack_sequence_as(state0, list(final))
 
 

@@ -8,7 +8,7 @@ axis:
     i, f, o = sigmoid(z_i, z_f, z_o);  g = tanh(z_c)
     c = f * c_prev + i * g;  h = o * tanh(c)
 
-It is `sequence.Lstm` with its two products of rows replaced by
+It is `lstm.Lstm` with its two products of rows replaced by
 convolutions (`ConvLinear`), so the loops run it as they run an LSTM: per
 chunk of frames the input convolution is one batched convolution over the
 chunk's `K * B` frames (where Keras's cell convolves each frame's input in
@@ -34,9 +34,9 @@ from typing import Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from tf_recurrent import cells
-from tf_recurrent import sequence
-from tf_recurrent import step_clusters
+from tf_recurrent.op import cells
+from tf_recurrent.chunked import lstm
+from tf_recurrent.op import step_clusters
 
 Tensor = tf.Tensor
 
@@ -217,7 +217,7 @@ def _unframed(frames: Tensor, like: Tensor, rank: int) -> Tensor:
 
 
 class ConvLinear:
-  """`sequence._Linear`'s interface for a convolution: the map of a kernel
+  """`cell.Linear`'s interface for a convolution: the map of a kernel
   over `[..., B, *spatial, C]` maps, its input's and its kernel's gradients,
   each one convolution over all the frames given.
 
@@ -269,8 +269,8 @@ class ConvLinear:
                                        self._blocks(self.kernel)))], axis=-1)
 
 
-class _ConvLstm(sequence.Lstm):
-  """`sequence.Lstm` on `[B, *spatial, F]` maps (see the module docstring).
+class ConvLstm(lstm.Lstm):
+  """`lstm.Lstm` on `[B, *spatial, F]` maps (see the module docstring).
 
   Weights (Keras's layout): kernel `[*kernel_size, D, 4F]`,
   recurrent_kernel `[*kernel_size, F, 4F]`, bias `[4F]`; `geometry` a
@@ -341,5 +341,3 @@ def _gate_grads(gates: Tensor, c: Tensor, c_prev: Tensor, dh: Tensor,
                                                    tf.tanh(c), dh, dc)
   return tf.concat([dzi, dzg, dzf, dzo], axis=-1), dc * f
 
-
-sequence.add_kind("conv_lstm", _ConvLstm)

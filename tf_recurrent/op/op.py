@@ -17,13 +17,13 @@ from typing import Any, Callable, Optional, Tuple, Union
 
 import tensorflow as tf
 
-from tf_recurrent import lengths as lengths_lib
-from tf_recurrent import loops
-from tf_recurrent import probe as probe_lib
-from tf_recurrent import seeds
-from tf_recurrent import step_clusters
-from tf_recurrent import structs
-from tf_recurrent import tracing
+from tf_recurrent.op import lengths as lengths_lib
+from tf_recurrent.op import loops
+from tf_recurrent.op import probe as probe_lib
+from tf_recurrent.op import seeds
+from tf_recurrent.op import step_clusters
+from tf_recurrent.op import structs
+from tf_recurrent.op import tracing
 
 CellFn = Callable[[Any, Any, Any], Tuple[Any, Any]]
 CellGrad = Callable[[Any, Any, Any, Any, Any], Tuple[Any, Any, Any]]

@@ -19,8 +19,8 @@ from typing import Any, Callable, List, Optional
 
 import tensorflow as tf
 
-from tf_recurrent import seeds
-from tf_recurrent import structs
+from tf_recurrent.op import seeds
+from tf_recurrent.op import structs
 
 # Op types whose result depends on hidden generator state.
 _STATEFUL_RANDOM_OPS = frozenset({

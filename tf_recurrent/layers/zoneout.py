@@ -20,8 +20,8 @@ from typing import Any, Dict
 import keras
 from keras import ops
 
-from tf_recurrent import cell_layers
-from tf_recurrent import layers
+from tf_recurrent.engine import built_in
+from tf_recurrent.layers import cell_layers
 
 
 def _check_rate(name: str, rate: Any) -> float:
@@ -129,10 +129,10 @@ class ZoneoutGRUCell(_Zoneout, keras.layers.GRUCell):
     return {**super().get_config(), **self._zoneout_config()}
 
 
-layers.BUILT_IN_CELLS[ZoneoutLSTMCell] = layers.BuiltInCell(
-    lambda cell: "lstm", layers.KERAS_GATES, run_inputs=_Zoneout.run_inputs)
-layers.BUILT_IN_CELLS[ZoneoutGRUCell] = layers.BuiltInCell(
-    layers.gru_kind, layers.KERAS_GATES, run_inputs=_Zoneout.run_inputs)
+built_in.BUILT_IN_CELLS[ZoneoutLSTMCell] = built_in.BuiltInCell(
+    lambda cell: "lstm", built_in.KERAS_GATES, run_inputs=_Zoneout.run_inputs)
+built_in.BUILT_IN_CELLS[ZoneoutGRUCell] = built_in.BuiltInCell(
+    built_in.gru_kind, built_in.KERAS_GATES, run_inputs=_Zoneout.run_inputs)
 
 
 @keras.saving.register_keras_serializable(package="tf_recurrent")

@@ -10,7 +10,7 @@ from typing import Any, Dict
 
 import keras
 
-from tf_recurrent import layers
+from tf_recurrent.layers import rnn
 
 # The recurrent layer's own arguments; every other one is the cell's, but
 # the base Layer's, which both take.
@@ -34,7 +34,7 @@ def weight_config(cell, weight: str) -> Dict[str, Any]:
   }
 
 
-class CellLayer(layers.RNN):
+class CellLayer(rnn.RNN):
   """`tf_recurrent.RNN(cell_class(units, **cell arguments), **layer ones)`.
 
   Subclasses set `cell_class` and `cell_name` (the cell's layer name, as

@@ -11,7 +11,7 @@ from typing import Any, List, Optional
 import numpy as np
 import tensorflow as tf
 
-from tf_recurrent import structs
+from tf_recurrent.op import structs
 
 
 def check_sequence_length(sequence_length: Any, state0: Any, inputs: Any,

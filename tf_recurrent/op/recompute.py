@@ -15,7 +15,7 @@ from typing import Any, Callable, List, Optional, Sequence
 
 import tensorflow as tf
 
-from tf_recurrent import structs
+from tf_recurrent.op import structs
 
 
 def recompute_grad(cell_fn: Callable[..., Any], theta: Any, state0: Any,

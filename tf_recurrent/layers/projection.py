@@ -16,8 +16,8 @@ import keras
 from keras import initializers
 from keras import ops
 
-from tf_recurrent import cell_layers
-from tf_recurrent import layers
+from tf_recurrent.engine import built_in
+from tf_recurrent.layers import cell_layers
 
 
 @keras.saving.register_keras_serializable(package="tf_recurrent")
@@ -107,8 +107,8 @@ class ProjectedLSTMCell(keras.layers.LSTMCell):
             **cell_layers.weight_config(self, "projection")}
 
 
-layers.BUILT_IN_CELLS[ProjectedLSTMCell] = layers.BuiltInCell(
-    lambda cell: "lstm", layers.KERAS_GATES,
+built_in.BUILT_IN_CELLS[ProjectedLSTMCell] = built_in.BuiltInCell(
+    lambda cell: "lstm", built_in.KERAS_GATES,
     extra_weights=lambda cell: {"projection": cell.projection})
 
 
