@@ -261,8 +261,12 @@ class Trainer:
     def loss_and_grads(batch):
       with tf.GradientTape() as tape:
         per_example = per_example_loss(batch, True)
-        loss = tf.nn.compute_average_loss(
-            per_example, global_batch_size=global_batch_size)
+        # `tf.nn.compute_average_loss`'s sum over the global batch, without
+        # its checks of the (Python int) batch size: assertion ops, which
+        # XLA drops with a warning per compilation.
+        loss = tf.math.divide_no_nan(
+            tf.reduce_sum(per_example),
+            tf.cast(global_batch_size, per_example.dtype))
       return loss, tape.gradient(loss, variables)
 
     # On TPUs strategy.run compiles the whole replica step; elsewhere XLA
