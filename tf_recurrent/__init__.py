@@ -19,15 +19,19 @@ from tf_recurrent import contrib
 from tf_recurrent import lingvo
 from tf_recurrent import serving
 from tf_recurrent import tflite
-from tf_recurrent.op.bidirectional import bidirectional
 from tf_recurrent.compat.dynamic import bidirectional_dynamic_rnn
 from tf_recurrent.compat.dynamic import dynamic_rnn
 from tf_recurrent.compat.dynamic import raw_rnn
-from tf_recurrent.op.seeds import step_seed
-from tf_recurrent.layers.zoneout import ZoneoutGRU
-from tf_recurrent.layers.zoneout import ZoneoutGRUCell
-from tf_recurrent.layers.zoneout import ZoneoutLSTM
-from tf_recurrent.layers.zoneout import ZoneoutLSTMCell
+from tf_recurrent.export.serving import export as export_saved_model
+from tf_recurrent.export.serving import StreamingModule
+from tf_recurrent.layers.layer_norm import LayerNormLSTM
+from tf_recurrent.layers.layer_norm import LayerNormLSTMCell
+from tf_recurrent.layers.layer_norm import LayerNormSimpleRNN
+from tf_recurrent.layers.layer_norm import LayerNormSimpleRNNCell
+from tf_recurrent.layers.peephole import PeepholeLSTM
+from tf_recurrent.layers.peephole import PeepholeLSTMCell
+from tf_recurrent.layers.projection import ProjectedLSTM
+from tf_recurrent.layers.projection import ProjectedLSTMCell
 from tf_recurrent.layers.rnn import ConvLSTM1D
 from tf_recurrent.layers.rnn import ConvLSTM2D
 from tf_recurrent.layers.rnn import ConvLSTM3D
@@ -35,18 +39,14 @@ from tf_recurrent.layers.rnn import GRU
 from tf_recurrent.layers.rnn import LSTM
 from tf_recurrent.layers.rnn import RNN
 from tf_recurrent.layers.rnn import SimpleRNN
-from tf_recurrent.layers.layer_norm import LayerNormLSTM
-from tf_recurrent.layers.layer_norm import LayerNormLSTMCell
-from tf_recurrent.layers.layer_norm import LayerNormSimpleRNN
-from tf_recurrent.layers.layer_norm import LayerNormSimpleRNNCell
+from tf_recurrent.layers.zoneout import ZoneoutGRU
+from tf_recurrent.layers.zoneout import ZoneoutGRUCell
+from tf_recurrent.layers.zoneout import ZoneoutLSTM
+from tf_recurrent.layers.zoneout import ZoneoutLSTMCell
+from tf_recurrent.op.bidirectional import bidirectional
 from tf_recurrent.op.op import Recurrent
 from tf_recurrent.op.op import recurrent
-from tf_recurrent.layers.peephole import PeepholeLSTM
-from tf_recurrent.layers.peephole import PeepholeLSTMCell
-from tf_recurrent.layers.projection import ProjectedLSTM
-from tf_recurrent.layers.projection import ProjectedLSTMCell
-from tf_recurrent.export.serving import StreamingModule
-from tf_recurrent.export.serving import export as export_saved_model
+from tf_recurrent.op.seeds import step_seed
 
 __all__ = ["recurrent", "Recurrent", "bidirectional", "step_seed", "RNN", "LSTM", "GRU",
            "SimpleRNN", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D", "PeepholeLSTM", "PeepholeLSTMCell",

@@ -34,8 +34,8 @@ from typing import Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from tf_recurrent.op import cells
 from tf_recurrent.chunked import lstm
+from tf_recurrent.op import cells
 from tf_recurrent.op import step_clusters
 
 Tensor = tf.Tensor

@@ -32,8 +32,8 @@ from typing import Optional, Tuple
 
 import tensorflow as tf
 
-from tf_recurrent.op import masks
 from tf_recurrent.chunked import cell as cell_lib
+from tf_recurrent.op import masks
 
 Tensor = tf.Tensor
 

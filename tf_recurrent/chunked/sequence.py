@@ -4,9 +4,11 @@
 loop, so its backward step runs two sequential GEMMs (`dz @ U^T` and
 `h^T @ dz`), and its per-step rows hold the projected inputs and their
 gradient over the whole sequence. For Keras's LSTM, GRU (both `reset_after`
-settings) and SimpleRNN cells the layers run this loop pair instead; the
-cells' math is in the `Cell` classes below, their shared equations in
-`tf_recurrent.cells`:
+settings), SimpleRNN, layer-norm and ConvLSTM cells the engine runs this
+loop pair instead. The loop pair knows a cell only through the `cell.Cell`
+interface; each cell's math is a module of its own (`lstm`, `gru`,
+`simple_rnn`, `layer_norm`, `convolutional`, named by kind in `kinds`),
+their shared equations in `tf_recurrent.cells`:
 
 * Time is cut into chunks of at most `CHUNK` steps, of equal length K
   (`_Chunks`). Per chunk the forward pass projects the chunk's inputs with
@@ -38,7 +40,7 @@ cells' math is in the `Cell` classes below, their shared equations in
 * Dropout (Keras's masks): each gate's block of a kernel reads its own
   masked copy of x or h (`implementation=1`, which recurrent dropout
   implies from Keras 3.6), or all read one masked copy (earlier Keras), the
-  same mask every step (`_Linear`).
+  same mask every step (`cell.Linear`).
 * Under XLA a step reads its rows (forward: its projected inputs;
   backward: its rows of the chunk's preparation and of the outputs'
   gradient) as loop variables the step before sliced (`_next_row`): XLA's
@@ -70,10 +72,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from tf_recurrent.op import accumulators
 from tf_recurrent.chunked import cell as cell_lib
 from tf_recurrent.chunked import fused_lstm
 from tf_recurrent.chunked import kinds
+from tf_recurrent.op import accumulators
 from tf_recurrent.op import masks
 from tf_recurrent.op import structs
 from tf_recurrent.op import tracing
@@ -538,7 +540,7 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
     kind: "lstm", "peephole_lstm" (an LSTM with diagonal peephole
       weights, Gers & Schmidhuber 2000), "gru" (Keras's `reset_after=True`),
       "gru_reset_before" (`reset_after=False`), "simple_rnn" (tanh), or
-      `tf_recurrent.normalized`'s "layer_norm_lstm" and
+      `tf_recurrent.chunked.layer_norm`'s "layer_norm_lstm" and
       "layer_norm_simple_rnn".
     x: `[T, B, D]` inputs (`[B, T, D]` unless time_major) in the compute
       dtype, T >= 1.
@@ -547,7 +549,7 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
     weights: `kernel`, `recurrent_kernel`, `bias` (and a reset-after GRU's
       `recurrent_bias`; a peephole LSTM's `peephole` `[3, H]`, rows p_i,
       p_f, p_o; the layer norms' gammas and betas, see
-      `tf_recurrent.normalized`), in their variable dtype, in Keras's
+      `tf_recurrent.chunked.layer_norm`), in their variable dtype, in Keras's
       layout.
     recompute: Keep only the states per step and rebuild each chunk's gates
       in the backward pass.
@@ -584,7 +586,7 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
 
   An "lstm" without mask, dropout, zoneout or projection, float32, not
   recomputing, outside XLA and of at most `fused_lstm.MAX_UNITS` units runs
-  on TensorFlow's whole-sequence LSTM kernels (`tf_recurrent.fused_lstm`);
+  on TensorFlow's whole-sequence LSTM kernels (`tf_recurrent.chunked.fused_lstm`);
   everything else on the chunked loops.
 
   Example:

@@ -39,7 +39,7 @@ class CellLayer(rnn.RNN):
 
   Subclasses set `cell_class` and `cell_name` (the cell's layer name, as
   Keras's LSTM names its cell "lstm_cell"). Plain built-in cells run the
-  chunked loops (`tf_recurrent.sequence`); the config is flat, the cell's
+  chunked loops (`tf_recurrent.chunked.sequence`); the config is flat, the cell's
   arguments next to the layer's, as Keras's `LSTM` saves it.
   """
 

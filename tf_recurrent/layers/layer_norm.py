@@ -4,8 +4,8 @@ Keras 3 ships neither; TF Addons' `LayerNormLSTMCell` and
 `LayerNormSimpleRNNCell` were built for Keras 2 and ended with Addons.
 These are Keras 3 cells computing what Addons' computed (the same
 arguments, defaults and dropout: one mask for all gates), and layers that
-run them on `tf_recurrent.sequence`'s chunked loops with a hand-written
-gradient (`tf_recurrent.normalized` holds that math):
+run them on `tf_recurrent.chunked.sequence`'s chunked loops with a hand-written
+gradient (`tf_recurrent.chunked.layer_norm` holds that math):
 
     LayerNormLSTMCell:      z = LN(x W) + LN(h U) + b
                             c = LN(f * c_prev + i * tanh(z_c))

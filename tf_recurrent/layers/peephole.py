@@ -12,7 +12,7 @@
 
 Its `call` is plain Keras ops, so it runs in `keras.layers.RNN` too.
 `PeepholeLSTM` runs it, with the default activations, on the chunked loop
-pair of `tf_recurrent.sequence` (kind "peephole_lstm") with a hand-written
+pair of `tf_recurrent.chunked.sequence` (kind "peephole_lstm") with a hand-written
 gradient, like `tf_recurrent.LSTM`.
 """
 

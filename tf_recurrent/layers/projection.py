@@ -8,7 +8,7 @@ reads the projected h (`[proj_size, 4 * units]`). State `[h, c]`:
 
 `ProjectedLSTMCell`'s `call` is Keras's `LSTMCell.call` followed by the
 projection, so it runs in `keras.layers.RNN` too; `ProjectedLSTM` runs it,
-with the default activations, on `tf_recurrent.sequence`'s chunked loops
+with the default activations, on `tf_recurrent.chunked.sequence`'s chunked loops
 with a hand-written gradient (kind "lstm" given a "projection" weight).
 """
 

@@ -1,4 +1,4 @@
-"""Keras drop-ins whose time loop is `tf_recurrent.recurrent`.
+"""Keras drop-ins whose time loop is tf_recurrent's engine.
 
 `RNN`, `LSTM`, `GRU`, `SimpleRNN` and `ConvLSTM1D/2D/3D` are the Keras
 layers of the same names, with Keras's own constructor arguments (plus
@@ -6,12 +6,13 @@ layers of the same names, with Keras's own constructor arguments (plus
 `keras.layers.RNN.call` that iterates over time. Everything else
 (`initial_state`, `stateful`, masks, dropout-mask setup, `get_config`,
 saving) is Keras's own, so swapping `keras.layers.LSTM` for
-`tf_recurrent.LSTM` changes nothing but the loop and its memory.
+`tf_recurrent.LSTM` changes nothing but the loop and its memory. The
+loop is `tf_recurrent.engine.run`'s choice:
 
 Keras's LSTMCell, GRUCell (either `reset_after`) and SimpleRNNCell with
-their default activations run their own chunked loop pair
-(`tf_recurrent.sequence`: one sequential GEMM per step each way, two for a
-`reset_after=False` GRU, the input projection and weight gradients batched
+their default activations run the chunked loop pair
+(`tf_recurrent.chunked.sequence`: one sequential GEMM per step each way,
+two for a `reset_after=False` GRU, the input projection and weight gradients batched
 per chunk of steps, a hand-written gradient), in every configuration:
 masks, input and recurrent dropout, `go_backwards`, initial and stateful
 states. So does Keras's ConvLSTM cell of every rank, its convolutions
@@ -58,7 +59,7 @@ def _check_initial_state(layer, initial_state):
 
 
 class _RecurrentLoop:
-  """Mixin replacing `keras.layers.RNN.inner_loop` by `tf_recurrent.recurrent`.
+  """Mixin replacing `keras.layers.RNN.inner_loop` by `tf_recurrent.engine`.
 
   Adds one constructor argument to Keras's: `recompute` (default False).
   False keeps, per time step, what the backward pass of a plain
@@ -180,8 +181,8 @@ class LSTM(_RecurrentLoop, keras.layers.LSTM):
   Which loop trains it: without a mask, dropout or XLA, a float32 LSTM of at
   most 64 units runs on TensorFlow's whole-sequence LSTM kernels (one op each
   way, where the chunked loops' per-step ops cost more than the step's
-  math; `tf_recurrent.fused_lstm`); every other configuration, and
-  `recompute=True`, on the chunked loops of `tf_recurrent.sequence`.
+  math; `tf_recurrent.chunked.fused_lstm`); every other configuration, and
+  `recompute=True`, on the chunked loops of `tf_recurrent.chunked.sequence`.
 
   Example:
 
@@ -299,8 +300,8 @@ class _ConvLstmLayer(_RecurrentLoop):
 _CONV_LSTM_DOC = """`keras.layers.ConvLSTM{rank}D` on tf_recurrent's chunked loops.
 
   Takes the arguments of `keras.layers.ConvLSTM{rank}D`, plus `recompute`.
-  With its default activations the cell runs on `tf_recurrent.sequence`'s
-  loop pair (`tf_recurrent.convolutional`): per chunk of frames the input
+  With its default activations the cell runs on `tf_recurrent.chunked.sequence`'s
+  loop pair (`tf_recurrent.chunked.convolutional`): per chunk of frames the input
   convolution is one batched convolution, and so are the kernels' and the
   inputs' gradients; a frame's step convolves only h forward and back.
   Keras's cell convolves every frame's input inside its loop and keeps

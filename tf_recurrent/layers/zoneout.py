@@ -9,7 +9,7 @@ output is the zoned-out h (the state, as the paper defines it).
 `ZoneoutLSTMCell` and `ZoneoutGRUCell` are Keras's cells with that around
 their `call` (so they run in `keras.layers.RNN` too, drawing per step);
 `ZoneoutLSTM` and `ZoneoutGRU` run them, with the default activations, on
-`tf_recurrent.sequence`'s chunked loops with a hand-written gradient,
+`tf_recurrent.chunked.sequence`'s chunked loops with a hand-written gradient,
 drawing a call's masks up front (`[T, B, units]` per leaf, from the cell's
 seed generator: reproducible from `seed`, other numbers than the per-step
 draws of `keras.layers.RNN`).

@@ -59,7 +59,7 @@ def project_inputs(inputs: Tensor, kernel: Tensor, bias: Tensor) -> Tensor:
 
 
 # The equations, one home for them: the op's steps below and the layers'
-# chunked loops (`tf_recurrent.sequence`) both read these.
+# chunked loops (`tf_recurrent.chunked.sequence`) both read these.
 
 
 def lstm_state(i: Tensor, f: Tensor, g: Tensor, o: Tensor,
