@@ -171,9 +171,9 @@ def bidirectional_dynamic_rnn(
     with _variable_scope(None, "bw"):
       # pylint: disable=protected-access
       reversed_bw, state_bw = _dynamic(
-          cell_bw, bidirectional_lib._reverse_time(inputs, lengths), lengths,
+          cell_bw, bidirectional_lib.reverse_time(inputs, lengths), lengths,
           initial_state_bw, dtype, "initial_state_bw")
-      output_bw = bidirectional_lib._reverse_time(reversed_bw, lengths)
+      output_bw = bidirectional_lib.reverse_time(reversed_bw, lengths)
   if not time_major:
     output_fw, output_bw = (structs.swap_batch_and_time(o, name) for o, name
                             in ((output_fw, "output_fw"),

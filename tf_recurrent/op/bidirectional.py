@@ -14,7 +14,7 @@ from tf_recurrent.op import op
 from tf_recurrent.op import structs
 
 
-def _reverse_time(struct: Any, lengths: Optional[tf.Tensor]) -> Any:
+def reverse_time(struct: Any, lengths: Optional[tf.Tensor]) -> Any:
   """Reverses every `[T, B, ...]` leaf along T, within each example's length."""
   def reverse(x):
     if x is None:  # A state leaf not accumulated.
@@ -96,10 +96,10 @@ def bidirectional(theta_fw: Any,
       theta_fw, state0_fw, inputs, cell_fn_fw, cell_grad_fw,
       sequence_length=lengths, time_major=True, **kwargs)
   acc_bw, final_bw = op.recurrent(
-      theta_bw, state0_bw, _reverse_time(inputs, lengths), cell_fn_bw,
+      theta_bw, state0_bw, reverse_time(inputs, lengths), cell_fn_bw,
       cell_grad_bw, sequence_length=lengths, time_major=True, **kwargs)
   if acc_bw is not None:
-    acc_bw = _reverse_time(acc_bw, lengths)
+    acc_bw = reverse_time(acc_bw, lengths)
   if not time_major:
     acc_fw, acc_bw = (
         None if acc is None else structs.swap_batch_and_time(acc, name)
