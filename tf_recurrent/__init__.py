@@ -14,10 +14,10 @@ Example:
 TensorShape([5, 2, 4])
 """
 
-from tf_recurrent import cells
+from tf_recurrent import cells  # pylint: disable=unused-import  # tf_recurrent.cells
 from tf_recurrent import contrib
 from tf_recurrent import lingvo
-from tf_recurrent import serving
+from tf_recurrent import serving  # pylint: disable=unused-import  # tf_recurrent.serving
 from tf_recurrent import tflite
 from tf_recurrent.compat.dynamic import bidirectional_dynamic_rnn
 from tf_recurrent.compat.dynamic import dynamic_rnn
