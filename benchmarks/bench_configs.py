@@ -63,6 +63,13 @@ flags.DEFINE_list("modes", ["tf", "xla", "tf1"],
                   "tf (no XLA), xla and/or tf1 (a TF1 graph and Session: the "
                   "op rows only).")
 flags.DEFINE_bool("memory", True, "Measure the memory slopes.")
+flags.DEFINE_list("memory_only", [],
+                  "Measure the memory of only these rows: a configuration "
+                  "(every mode) or `<configuration>|<mode>`; the others "
+                  "show -. Empty: every row.")
+flags.DEFINE_list("memory_impls", ["ours", "keras"],
+                  "Whose memory slopes to measure (ours and/or keras; the "
+                  "others show -).")
 flags.DEFINE_string("out_dir", os.path.dirname(os.path.abspath(__file__)),
                     "Where to write the results.")
 flags.DEFINE_string("memory_child", "", "Internal: measure one case and exit.")
@@ -332,6 +339,10 @@ def main(argv):
   if unknown:
     raise app.UsageError(f"--modes: unknown {sorted(unknown)}; the modes "
                          f"are {list(MODE_NAMES)}.")
+  unknown = set(FLAGS.memory_impls) - set(IMPLS)
+  if unknown:
+    raise app.UsageError(f"--memory_impls: unknown {sorted(unknown)}; they "
+                         f"are {list(IMPLS)}.")
   lengths = [int(t) for t in FLAGS.lengths]
   results = {"environment": environment(), "lengths": lengths, "rows": []}
   for config in configs:
@@ -349,9 +360,11 @@ def main(argv):
               f"({times['keras'] / times['ours']:.2f}x)"
               + "".join(f" {impl} {times[impl]:9.1f}" for impl in JAX_IMPLS
                         if impl in times), flush=True)
-      if FLAGS.memory:
+      if FLAGS.memory and (not FLAGS.memory_only or
+                           config in FLAGS.memory_only or
+                           f"{config}|{mode}" in FLAGS.memory_only):
         row["memory_vs_state"] = {}
-        for impl in IMPLS:
+        for impl in (i for i in IMPLS if i in FLAGS.memory_impls):
           slope = memory_slope(config, impl, mode)
           row["memory_vs_state"][impl] = (
               None if slope is None else slope / state_bytes(config))

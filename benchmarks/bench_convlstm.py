@@ -50,6 +50,9 @@ flags.DEFINE_list("modes", ["tf", "xla"], "tf (no XLA) and/or xla.")
 # (two in flight), a fixed cost a slope from T=50 would count per frame.
 flags.DEFINE_list("memory_lengths", ["100", "300"],
                   "Two lengths for the memory slope (empty: no memory).")
+flags.DEFINE_list("memory_impls", ["keras", "ours", "ours_recompute"],
+                  "Whose memory slopes to measure (the others' columns "
+                  "show -).")
 flags.DEFINE_integer("memory_repeats", 1,
                      "Processes per memory point (median kept).")
 flags.DEFINE_integer("repeats", 7, "Timed rounds per layer (median kept).")
@@ -65,6 +68,8 @@ MEMORY_TARGET = 3.0
 # Memory rows: Keras, ours as built (kept gate maps) and ours with
 # `recompute=True` (nothing kept per frame but the outputs).
 MEMORY_IMPLS = ("keras", "ours", "ours_recompute")
+# A memory column --memory_impls leaves out.
+_UNMEASURED = object()
 
 
 def shape_of(rank: int):
@@ -152,17 +157,19 @@ def report(results: dict) -> List[str]:
               "| layer | mode | T | processes a point | Keras x state | ours "
               "x state | target | ours, recompute=True | target |",
               "|---|---|---|---|---|---|---|---|---|"]
-    fmt = lambda v: "failed" if v is None else f"{v:.2f}x"
-    met = lambda v: ("failed" if v is None else
+    fmt = lambda v: ("-" if v is _UNMEASURED else "failed" if v is None
+                     else f"{v:.2f}x")
+    met = lambda v: ("-" if v is _UNMEASURED else "failed" if v is None else
                      "met" if v <= MEMORY_TARGET else "missed")
     for row in results["memory"]:
-      ours, recomputing = (row[impl]["vs_state"]
-                           for impl in ("ours", "ours_recompute"))
+      keras, ours, recomputing = (
+          row[impl]["vs_state"] if impl in row else _UNMEASURED
+          for impl in MEMORY_IMPLS)
       lines.append(f"| ConvLSTM{row['rank']}D | "
                    f"{'XLA' if row['mode'] == 'xla' else 'no XLA'} | "
                    f"{' / '.join(str(t) for t in row['lengths'])} | "
                    f"{row['repeats']} | "
-                   f"{fmt(row['keras']['vs_state'])} | {fmt(ours)} | "
+                   f"{fmt(keras)} | {fmt(ours)} | "
                    f"{met(ours)} | {fmt(recomputing)} | {met(recomputing)} |")
   return lines
 
@@ -172,6 +179,11 @@ def main(argv):
   if FLAGS.child:
     run_child(build_step, FLAGS.child)
     return
+  unknown = set(FLAGS.memory_impls) - set(MEMORY_IMPLS)
+  if unknown:
+    raise app.UsageError(f"--memory_impls: unknown {sorted(unknown)}; they "
+                         f"are {list(MEMORY_IMPLS)}.")
+  memory_impls = [i for i in MEMORY_IMPLS if i in FLAGS.memory_impls]
   results = {"environment": environment(), "time": [], "memory": []}
   for rank in (int(r) for r in FLAGS.ranks):
     for mode in FLAGS.modes:
@@ -190,12 +202,12 @@ def main(argv):
               f"{row['ratio']:.2f}x", flush=True)
       if len(FLAGS.memory_lengths) == 2:
         memory = {impl: memory_slope(f"{impl}:{rank}", jit)
-                  for impl in MEMORY_IMPLS}
+                  for impl in memory_impls}
         results["memory"].append({
             "rank": rank, "mode": mode, "repeats": FLAGS.memory_repeats,
             "lengths": [int(t) for t in FLAGS.memory_lengths], **memory})
         print(f"  ConvLSTM{rank}D {mode:3s} memory x state: " + ", ".join(
-            f"{impl} {memory[impl]['vs_state']}" for impl in MEMORY_IMPLS),
+            f"{impl} {memory[impl]['vs_state']}" for impl in memory_impls),
               flush=True)
   os.makedirs(FLAGS.out_dir, exist_ok=True)
   with open(os.path.join(FLAGS.out_dir, "convlstm.json"), "w") as f:

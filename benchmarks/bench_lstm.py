@@ -45,6 +45,11 @@ flags.DEFINE_float("skip_after", 60.0,
                    "Skip longer lengths of an implementation once one step "
                    "takes longer than this many seconds.")
 flags.DEFINE_list("only", [], "Run only these implementations.")
+flags.DEFINE_list("memory_only", [],
+                  "Measure the memory of only these rows: an implementation "
+                  "(both modes) or `<implementation>|tf` or `|xla` (one "
+                  "mode); the others get no memory columns. Empty: every "
+                  "row.")
 flags.DEFINE_string("out_dir", os.path.dirname(os.path.abspath(__file__)),
                     "Where to write the results.")
 flags.DEFINE_string("memory_child", "", "Internal: measure one case and exit.")
@@ -256,6 +261,13 @@ def measure_memory(name: str, jit: bool,
   return (peaks[1] - peaks[0]) / (lengths[1] - lengths[0]), peaks
 
 
+def measures_memory(name: str, jit: bool) -> bool:
+  """Whether --memory_only leaves the row `(name, jit)` measured."""
+  mode = "xla" if jit else "tf"
+  return (not FLAGS.memory_only or name in FLAGS.memory_only or
+          f"{name}|{mode}" in FLAGS.memory_only)
+
+
 def main(argv):
   del argv
   if FLAGS.memory_child:
@@ -288,6 +300,8 @@ def main(argv):
     kept = previous.get((row["name"], row["xla"]), {})
     if FLAGS.merge and row["name"] not in only and "peak_rss_bytes" in kept:
       row.update({k: v for k, v in kept.items() if k != "us_per_step"})
+      continue
+    if not measures_memory(row["name"], row["xla"]):
       continue
     slope = measure_memory(row["name"], row["xla"])
     row["memory_bytes_per_step"] = slope[0] if slope else None

@@ -21,6 +21,10 @@ def test_benchmark_smoke(tmp_path):
        # One pair (the suite's time budget): the mixed_bfloat16 rows run
        # the same code with another policy.
        "--only=tf_recurrent.GRU,keras.layers.GRU",
+       # Memory (a fresh process per length) for ours in both modes, the
+       # TF one again with malloc pinned, and for Keras's under XLA (the
+       # targets compare the two): Keras's TF row is the same child code.
+       "--memory_only=tf_recurrent.GRU,keras.layers.GRU|xla",
        f"--out_dir={tmp_path}"],
       capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -31,11 +35,19 @@ def test_benchmark_smoke(tmp_path):
                    for x in (False, True)}
   for row in results["rows"]:
     assert all(v > 0 for v in row["us_per_step"].values())
+    if (row["name"], row["xla"]) == ("keras.layers.GRU", False):
+      assert "memory_bytes_per_step" not in row, row  # Not asked for.
+      assert "memory_vs_state_pinned_malloc" not in row, row
+      continue
     assert row["memory_bytes_per_step"] is not None
     # The TF executor's rows are measured again with malloc pinned.
     assert (row.get("memory_vs_state_pinned_malloc") is None) == row["xla"]
   report = (tmp_path / "RESULTS.md").read_text()
   assert f"| {ours} |" in report and "## Targets" in report
+  # The memory table: the rows measured, and only those.
+  assert f"| {ours} | TF | " in report and f"| {ours} | XLA | " in report
+  assert "| keras.layers.GRU | XLA | " in report
+  assert "| keras.layers.GRU | TF | " not in report
   assert f"- XLA, memory: {ours}" in report
   assert "- TF, T=12: tf_recurrent.GRU " in report
   assert (tmp_path / "results.png").stat().st_size > 10_000
@@ -47,15 +59,26 @@ def test_checkpoint_benchmark_smoke(tmp_path):
       [sys.executable, "-m", "benchmarks.bench_checkpoint", "--batch=2",
        "--input=3", "--hidden=4", "--memory_lengths=10,40",
        "--time_length=10", "--repeats=1", f"--only={sqrt_case}",
+       # The plain op (always run) is timed; its memory child is the same
+       # code as the "sqrt" case's.
+       f"--memory_only={sqrt_case}",
        f"--out_dir={tmp_path}"],
       capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   results = json.loads((tmp_path / "checkpoint.json").read_text())
   assert [r["name"] for r in results["rows"]] == [
       "recurrent, every state returned (plain op)", sqrt_case]
+  plain, sqrt = results["rows"]
   for row in results["rows"]:
-    assert row["us_per_step"] > 0 and None not in row["peaks"]
-  assert sqrt_case in (tmp_path / "CHECKPOINT.md").read_text()
+    assert row["us_per_step"] > 0
+  assert len(sqrt["peaks"]) == 2 and None not in sqrt["peaks"]
+  assert sqrt["bytes_per_step"] is not None
+  assert "peaks" not in plain and "bytes_per_step" not in plain
+  report = (tmp_path / "CHECKPOINT.md").read_text()
+  assert sqrt_case in report
+  assert "| recurrent, every state returned (plain op) | - | " in report
+  # The targets: the "sqrt" memory slope and its time against the plain op.
+  assert '- "sqrt" memory slope ' in report and '- "sqrt" time ' in report
 
 
 def test_profile_smoke(tmp_path):
@@ -125,6 +148,10 @@ def test_convlstm_benchmark_smoke(tmp_path):
   proc = subprocess.run(
       [sys.executable, "-m", "benchmarks.bench_convlstm", "--ranks=3",
        "--lengths=3", "--memory_lengths=3,6", "--scale=8", "--repeats=1",
+       # Ours and Keras's layers are timed in both modes; the memory
+       # children (the same code for each) run the one layer only they
+       # build, recompute=True, in both modes.
+       "--memory_impls=ours_recompute",
        f"--out_dir={tmp_path}"],
       capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -133,12 +160,18 @@ def test_convlstm_benchmark_smoke(tmp_path):
       (3, mode) for mode in ("tf", "xla")}
   for row in results["time"]:
     assert row["keras"] > 0 and row["ours"] > 0
+  assert [(r["rank"], r["mode"]) for r in results["memory"]] == [
+      (3, "tf"), (3, "xla")]
   for row in results["memory"]:
-    for impl in ("keras", "ours", "ours_recompute"):
-      assert None not in row[impl]["peaks"], impl
+    assert "keras" not in row and "ours" not in row
+    assert len(row["ours_recompute"]["peaks"]) == 2
+    assert None not in row["ours_recompute"]["peaks"]
+    assert row["ours_recompute"]["vs_state"] is not None
   report = (tmp_path / "CONVLSTM.md").read_text()
   assert "| ConvLSTM3D | 2, 3x3x3x4 -> 8 | XLA | 3 |" in report
   assert "| ConvLSTM3D | no XLA |" in report
+  for mode in ("no XLA", "XLA"):  # Memory: Keras's and ours as built "-".
+    assert f"| ConvLSTM3D | {mode} | 3 / 6 | 1 | - | - | - | " in report
 
 
 @pytest.mark.parametrize("proj_size", [0, 3])
@@ -176,33 +209,50 @@ def test_dynamic_rnn_benchmark_smoke(tmp_path):
   assert f"| {ours} | XLA | " in (tmp_path / "DYNAMIC_RNN.md").read_text()
 
 
-@pytest.mark.parametrize("config, mode", [
-    ("GRU masked", "xla"), ("user LayerNorm LSTM cell", "xla"),
-    ("op LSTM cell_fn", "tf1")])
-def test_configs_benchmark_smoke(tmp_path, config, mode):
+def test_configs_benchmark_smoke(tmp_path):
+  """A masked layer and the user's cell (with its JAX peers) under XLA, the
+  op under XLA and as a TF1 graph, all in one run. Memory, a fresh process
+  per length running the same code for every row and layer, is measured
+  once in each mode the original cases ran: ours, the masked GRU under XLA
+  and the op as a TF1 graph."""
+  configs = ["GRU masked", "user LayerNorm LSTM cell", "op LSTM cell_fn"]
+  measured = {("GRU masked", "xla"), ("op LSTM cell_fn", "tf1")}
   proc = subprocess.run(
       [sys.executable, "-m", "benchmarks.bench_configs", "--lengths=6",
        "--batch=2", "--input=3", "--hidden=4", "--memory_hidden=4",
-       "--memory_lengths=6,12", "--repeats=1", f"--only={config}",
-       f"--modes={mode}",
+       "--memory_lengths=6,12", "--repeats=1", f"--only={','.join(configs)}",
+       "--modes=xla,tf1", "--memory_impls=ours",
+       f"--memory_only={','.join('|'.join(m) for m in sorted(measured))}",
        f"--out_dir={tmp_path}"],
       capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   results = json.loads((tmp_path / "configs.json").read_text())
-  assert [(r["config"], r["mode"]) for r in results["rows"]] == [(config,
-                                                                  mode)]
-  for row in results["rows"]:
-    times = row["us_per_step"]["6"]
-    assert all(v > 0 for v in times.values())
-    assert None not in row["memory_vs_state"].values()
+  # TF1 graphs are the op's alone.
+  assert [(r["config"], r["mode"]) for r in results["rows"]] == [
+      ("GRU masked", "xla"), ("user LayerNorm LSTM cell", "xla"),
+      ("op LSTM cell_fn", "xla"), ("op LSTM cell_fn", "tf1")]
   # The user's cell has JAX peers where JAX is installed (a bench extra).
   has_jax = importlib.util.find_spec("jax") is not None
-  want = {"ours", "keras"} | ({"jax", "jax checkpoint"} if has_jax and
-                              config.startswith("user") else set())
-  assert set(times) == want
   report = (tmp_path / "CONFIGS.md").read_text()
-  assert f"| {config} | {'XLA' if mode == 'xla' else 'TF1 graph'} | " in report
-  assert ("JAX with `jax.checkpoint`" in report) == (len(want) == 4)
+  for row in results["rows"]:
+    config, mode = row["config"], row["mode"]
+    times = row["us_per_step"]["6"]
+    assert all(v > 0 for v in times.values())
+    want = {"ours", "keras"} | ({"jax", "jax checkpoint"} if has_jax and
+                                config.startswith("user") else set())
+    assert set(times) == want, config
+    # The report's memory column, "ours / Keras" ("-": not measured).
+    line = f"| {config} | {'XLA' if mode == 'xla' else 'TF1 graph'} | "
+    if (config, mode) in measured:
+      assert list(row["memory_vs_state"]) == ["ours"]
+      assert None not in row["memory_vs_state"].values()
+      memory = r"-?[0-9.]+ / -"
+    else:
+      assert "memory_vs_state" not in row, row
+      memory = "- / -"
+    assert re.search(re.escape(line) + r".* \| " + memory + r" \|\n",
+                     report), (config, mode, report)
+  assert ("JAX with `jax.checkpoint`" in report) == has_jax
 
 
 def test_configs_benchmark_runs_tf1_graphs_for_the_op_only(tmp_path):

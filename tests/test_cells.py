@@ -1,12 +1,14 @@
 """The built-in LSTM/GRU steps and their hand-written gradients vs autodiff."""
 
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import tf_recurrent
 from tf_recurrent import cells
-from conftest import assert_all_close, in_mode, static_unroll
+from conftest import MODES, assert_all_close, in_mode, pairwise, static_unroll
 
 B, D, H, T = 3, 4, 5, 6
 
@@ -43,17 +45,17 @@ def assert_close_to_largest(got, want, tol):
     np.testing.assert_allclose(g, w, rtol=0, atol=tol * np.abs(w).max())
 
 
-@pytest.mark.parametrize("recompute", [False, True],
-                         ids=["projected", "recomputing"])
-@pytest.mark.parametrize("case", [lstm_case, gru_case], ids=["lstm", "gru"])
-@pytest.mark.parametrize("precision", ["float64", "mixed_bfloat16"])
-def test_hand_written_gradient_matches_autodiff(mode, case, recompute,
-                                                precision):
-  """Mixed precision runs 512 steps: float32 weights must get their
-  gradients summed over the steps in float32 (issue 19)."""
+CASES = {"lstm": lstm_case, "gru": gru_case}
+
+
+def gradient_case(case, recompute, precision):
+  """(grad, args, run_with, loss_and_grads) of a case: `run_with(
+  recurrent_fn)` runs the case's loop through `recurrent_fn(theta, state0,
+  inputs, step)`, `loss_and_grads(run)(*args)` gives its rows and
+  gradients."""
   rng = np.random.default_rng(0)
   steps = T if precision == "float64" else 512
-  step, grad, theta, state0, width = case(rng)
+  step, grad, theta, state0, width = CASES[case](rng)
   x = tf.constant(rng.normal(size=[steps, B, D]))
   kernel = tf.constant(rng.normal(size=[D, width]) * 0.5)
   bias = tf.constant(rng.normal(size=[width]))
@@ -87,12 +89,35 @@ def test_hand_written_gradient_matches_autodiff(mode, case, recompute,
       return acc, tape.gradient(loss, [theta, state0, x, kernel, bias])
     return fn
 
+  return grad, args, run_with, loss_and_grads
+
+
+@functools.lru_cache(maxsize=None)
+def autodiff_reference(case, recompute, precision):
+  """The reference, shared by the modes: autodiff of a Python loop over the
+  same step, whose per-step casts of the float32 weights make autodiff sum in
+  float32."""
+  _, args, run_with, loss_and_grads = gradient_case(case, recompute,
+                                                    precision)
+  return loss_and_grads(run_with(static_unroll))(*args)
+
+
+# Modes x cells x projection x precision: all pairs (the whole product with
+# --full).
+@pytest.mark.parametrize("mode,case,recompute,precision", pairwise(
+    MODES, list(CASES), [False, True], ["float64", "mixed_bfloat16"]),
+                         ids=lambda v: {False: "projected",
+                                        True: "recomputing"}.get(v))
+def test_hand_written_gradient_matches_autodiff(mode, case, recompute,
+                                                precision):
+  """Mixed precision runs 512 steps: float32 weights must get their
+  gradients summed over the steps in float32 (issue 19)."""
+  grad, args, run_with, loss_and_grads = gradient_case(case, recompute,
+                                                       precision)
   got = in_mode(mode, loss_and_grads(run_with(
       lambda t, s, xs, step_: tf_recurrent.recurrent(t, s, xs, step_, grad))))(
           *args)
-  # The reference: autodiff of a Python loop over the same step, whose
-  # per-step casts of the float32 weights make autodiff sum in float32.
-  want = loss_and_grads(run_with(static_unroll))(*args)
+  want = autodiff_reference(case, recompute, precision)
   if precision == "float64":
     assert_all_close(got, want, tol=1e-9)
   else:

@@ -6,6 +6,8 @@ Keras's ConvLSTM cell equations, masks carrying the state as Keras's masked
 step does, dropout masks per gate as Keras's cell draws them.
 """
 
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -86,24 +88,37 @@ def loss_of(outputs, final):
                     for i, s in enumerate(final))
 
 
-def run_both(mode, g, steps, recompute=False, mask=None, dropout=False):
-  """Ours in `mode` against the unroll; mask: a `[T, B]` numpy bool array."""
+def loop_inputs(g, steps, mask, dropout):
   def make_inputs():
     x, state0, w = case(g, steps)
     return (x, state0, w), (
         dropout_masks(g) if dropout else None,
         None if mask is None else tf.constant(mask))
+  return make_inputs
 
+
+@functools.lru_cache(maxsize=None)
+def unrolled_reference(g, steps, mask_rows, dropout):
+  """The unroll's values and gradients, shared by every mode and recompute
+  choice of ours; `mask_rows`: the mask as a tuple of rows, or None."""
+  mask = None if mask_rows is None else np.array(mask_rows, bool)
+  # In a tf.function: eager autodiff of a 3D convolution fails in
+  # TensorFlow 2.21 (its gradient reads a data_format the eager op lacks).
+  return loop_values_and_grads(
+      "function", loop_inputs(g, steps, mask, dropout),
+      lambda x, s, w, d, m: unrolled(x, s, w, g, m, d), loss_of)
+
+
+def run_both(mode, g, steps, recompute=False, mask=None, dropout=False):
+  """Ours in `mode` against the unroll; mask: a `[T, B]` numpy bool array."""
   ours = loop_values_and_grads(
-      mode, make_inputs,
+      mode, loop_inputs(g, steps, mask, dropout),
       lambda x, s, w, d, m: sequence.run("conv_lstm", x, s, w,
                                          recompute=recompute, mask=m,
                                          dropout=d, geometry=g), loss_of)
-  # In a tf.function: eager autodiff of a 3D convolution fails in
-  # TensorFlow 2.21 (its gradient reads a data_format the eager op lacks).
-  want = loop_values_and_grads(
-      "function", make_inputs,
-      lambda x, s, w, d, m: unrolled(x, s, w, g, m, d), loss_of)
+  want = unrolled_reference(
+      g, steps, None if mask is None else tuple(map(tuple, mask.tolist())),
+      dropout)
   for got, expected in zip(tf.nest.flatten(ours), tf.nest.flatten(want)):
     np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
 

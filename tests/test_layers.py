@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import record_output_gradients
+from conftest import pairwise, record_output_gradients
 import tf_recurrent
 from tf_recurrent.engine import built_in as layers_lib
 from tf_recurrent.op import op as op_lib
@@ -94,14 +94,34 @@ def build_pair(ref, ours, x, **call_kwargs):
   ours.set_weights(ref.get_weights())
 
 
+_SHARED = {}
+
+
+def shared(key, make):
+  """`make()`, made once per `key` in this process: the tests of one
+  configuration in several modes share its built layers and Keras's
+  result (the reference), instead of building and running them again."""
+  if key not in _SHARED:
+    _SHARED[key] = make()
+  return _SHARED[key]
+
+
+def seed_state(layer):
+  """A copy of the layer's cell's seed generator state."""
+  return tf.identity(layer.cell.seed_generator.state)
+
+
 @pytest.mark.parametrize("cell_name", sorted(CELLS))
 @pytest.mark.parametrize("mode", ["eager", "function"])
 def test_every_cell_matches_keras(cell_name, mode):
-  x = tf.random.normal([B, T, D], seed=1)
-  ref, ours = pair(cell_name, return_sequences=True, return_state=True)
-  build_pair(ref, ours, x)
-  assert_close(outputs_and_grads(ours, x, mode),
-               outputs_and_grads(ref, x, "eager"))
+  def make():
+    x = tf.random.normal([B, T, D], seed=1)
+    ref, ours = pair(cell_name, return_sequences=True, return_state=True)
+    build_pair(ref, ours, x)
+    return ours, x, outputs_and_grads(ref, x, "eager")
+
+  ours, x, want = shared(("every_cell", cell_name), make)
+  assert_close(outputs_and_grads(ours, x, mode), want)
 
 
 @pytest.mark.parametrize("layer_name", ["GRU", "SimpleRNN"])
@@ -132,13 +152,15 @@ OPTIONS = {
 }
 
 
+# Cells x options x recompute, all pairs (the whole product with --full):
 # recompute=True changes only the plain LSTM/GRU cells' path.
-CELL_PATHS = [("lstm", False), ("lstm", True), ("gru", False), ("gru", True),
-              ("simple", False), ("stacked", False)]
+OPTION_CASES = pairwise(
+    ["lstm", "gru", "simple", "stacked"], sorted(OPTIONS), [False, True],
+    where=lambda cell_name, option, recompute: (
+        not recompute or cell_name in ("lstm", "gru")))
 
 
-@pytest.mark.parametrize("cell_name,recompute", CELL_PATHS)
-@pytest.mark.parametrize("option", sorted(OPTIONS))
+@pytest.mark.parametrize("cell_name,option,recompute", OPTION_CASES)
 def test_options_match_keras(cell_name, recompute, option):
   x = tf.random.normal([B, T, D], seed=2)
   ref, ours = pair(cell_name, recompute=recompute, **OPTIONS[option])
@@ -177,14 +199,19 @@ def test_masking_and_embedding_layers_feed_the_mask():
 @pytest.mark.parametrize("cell_name", ["lstm", "gru", "simple"])
 @pytest.mark.parametrize("mode", ["eager", "function"])
 def test_dropout_gradients_use_the_forward_masks(cell_name, mode):
-  x = tf.random.normal([B, T, D], seed=4)
-  kwargs = dict(dropout=0.3, recurrent_dropout=0.25, seed=7)
-  ref, ours = pair(cell_name, kwargs, return_sequences=True)
-  build_pair(ref, ours, x)
-  # Fresh seed generators: both layers now draw the same masks.
-  ref.cell.seed_generator.state.assign(ours.cell.seed_generator.state)
+  def make():  # Built and Keras's result computed once for both modes.
+    x = tf.random.normal([B, T, D], seed=4)
+    kwargs = dict(dropout=0.3, recurrent_dropout=0.25, seed=7)
+    ref, ours = pair(cell_name, kwargs, return_sequences=True)
+    build_pair(ref, ours, x)
+    # Fresh seed generators: both layers now draw the same masks.
+    state = seed_state(ours)
+    ref.cell.seed_generator.state.assign(state)
+    return ours, x, state, outputs_and_grads(ref, x, "eager", training=True)
+
+  ours, x, state, want = shared(("dropout", cell_name), make)
+  ours.cell.seed_generator.state.assign(state)
   got = outputs_and_grads(ours, x, mode, training=True)
-  want = outputs_and_grads(ref, x, "eager", training=True)
   assert_close(got, want)
   assert not np.allclose(got[0], ours(x, training=False))
 
@@ -217,31 +244,51 @@ def test_stateful_carries_state_across_calls():
   np.testing.assert_allclose(ours(x2), ref(x2), atol=1e-5)
 
 
+def fit_model(module, layer, jit_compile):
+  """A compiled model of `module`'s layer; "recompute" is an LSTM, with
+  recompute=True in tf_recurrent."""
+  if layer == "simple_rnn":
+    rnn = module.RNN(keras.layers.SimpleRNNCell(H))
+  elif layer == "recompute":
+    rnn = (module.LSTM(H, recompute=True) if module is tf_recurrent
+           else module.LSTM(H))
+  else:
+    rnn = getattr(module, layer)(H)
+  m = keras.Sequential([keras.Input((T, D)), rnn, keras.layers.Dense(1)])
+  m.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse",
+            jit_compile=jit_compile)
+  return m
+
+
+FIT_DATA = (np.random.default_rng(0).normal(size=[8, T, D]).astype(np.float32),
+            np.random.default_rng(1).normal(size=[8, 1]).astype(np.float32))
+FIT_KWARGS = dict(batch_size=4, epochs=2, verbose=0, shuffle=False)
+
+
+def keras_fit(layer):
+  """Keras's model's initial weights and its weights once fitted: the
+  reference, fitted once per Keras layer ("recompute" is Keras's LSTM) for
+  both jit_compile cases, without XLA (Keras's XLA and non-XLA fits are the
+  same numbers; only random draws, absent here, differ under XLA)."""
+  keras_layer = "LSTM" if layer == "recompute" else layer
+
+  def make():
+    ref = fit_model(keras.layers, keras_layer, False)
+    initial = [w.copy() for w in ref.get_weights()]
+    ref.fit(*FIT_DATA, **FIT_KWARGS)
+    return initial, ref.get_weights()
+
+  return shared(("fit", keras_layer), make)
+
+
 @pytest.mark.parametrize("jit_compile", [False, True])
 @pytest.mark.parametrize("layer", ["LSTM", "GRU", "simple_rnn", "recompute"])
 def test_model_fit_matches_keras(jit_compile, layer):
-  x = np.random.default_rng(0).normal(size=[8, T, D]).astype(np.float32)
-  y = np.random.default_rng(1).normal(size=[8, 1]).astype(np.float32)
-
-  def model(module):
-    if layer == "simple_rnn":
-      rnn = module.RNN(keras.layers.SimpleRNNCell(H))
-    elif layer == "recompute":
-      rnn = (module.LSTM(H, recompute=True) if module is tf_recurrent
-             else module.LSTM(H))
-    else:
-      rnn = getattr(module, layer)(H)
-    m = keras.Sequential([keras.Input((T, D)), rnn, keras.layers.Dense(1)])
-    m.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse",
-              jit_compile=jit_compile)
-    return m
-
-  ref, ours = model(keras.layers), model(tf_recurrent)
-  ours.set_weights(ref.get_weights())
-  initial = [w.copy() for w in ours.get_weights()]
-  ref.fit(x, y, batch_size=4, epochs=2, verbose=0, shuffle=False)
-  ours.fit(x, y, batch_size=4, epochs=2, verbose=0, shuffle=False)
-  for a, b in zip(ours.get_weights(), ref.get_weights()):
+  initial, want = keras_fit(layer)
+  ours = fit_model(tf_recurrent, layer, jit_compile)
+  ours.set_weights(initial)
+  ours.fit(*FIT_DATA, **FIT_KWARGS)
+  for a, b in zip(ours.get_weights(), want):
     np.testing.assert_allclose(a, b, atol=1e-5)
   assert all(not np.allclose(a, b) for a, b in zip(ours.get_weights(), initial))
 
@@ -265,19 +312,31 @@ def test_saves_and_loads_without_custom_objects(tmp_path, factory):
   np.testing.assert_allclose(loaded(x), model(x), atol=1e-6)
 
 
-@pytest.mark.parametrize("layer_name,cell_kwargs,kind", [
-    ("LSTM", {}, "lstm"), ("GRU", {}, "gru"), ("SimpleRNN", {}, "simple_rnn"),
-    ("LSTM", {"recompute": True}, "lstm"),
-    ("SimpleRNN", {"recompute": True}, "simple_rnn"),
-    ("LSTM", {"recurrent_dropout": 0.2}, "lstm"),
-    ("GRU", {"reset_after": False}, "gru_reset_before"),
-    ("LSTM", {"recurrent_activation": "hard_sigmoid"}, None),
-    ("SimpleRNN", {"activation": "relu"}, None)])
-@pytest.mark.parametrize("masked", [False, True])
-def test_fast_path_picked_automatically(monkeypatch, layer_name, cell_kwargs,
-                                        kind, masked):
+# (layer, variant): (its options, the sequence kind it runs, or None: the op).
+FAST_PATH_VARIANTS = {
+    ("LSTM", "default"): ({}, "lstm"), ("GRU", "default"): ({}, "gru"),
+    ("SimpleRNN", "default"): ({}, "simple_rnn"),
+    ("LSTM", "recompute"): ({"recompute": True}, "lstm"),
+    ("SimpleRNN", "recompute"): ({"recompute": True}, "simple_rnn"),
+    ("LSTM", "recurrent_dropout"): ({"recurrent_dropout": 0.2}, "lstm"),
+    ("GRU", "reset_before"): ({"reset_after": False}, "gru_reset_before"),
+    ("LSTM", "activation"): ({"recurrent_activation": "hard_sigmoid"}, None),
+    ("SimpleRNN", "activation"): ({"activation": "relu"}, None),
+}
+
+
+# Layers x variants x masked, all pairs (the whole product with --full).
+@pytest.mark.parametrize("layer_name,variant,masked", pairwise(
+    ["LSTM", "GRU", "SimpleRNN"],
+    ["default", "recompute", "recurrent_dropout", "reset_before",
+     "activation"], [False, True],
+    where=lambda layer_name, variant, masked: (
+        (layer_name, variant) in FAST_PATH_VARIANTS)))
+def test_fast_path_picked_automatically(monkeypatch, layer_name, variant,
+                                        masked):
   """Keras's cells with their default activations run sequence.run (given
   the mask when masked), in every other configuration; others the op."""
+  cell_kwargs, kind = FAST_PATH_VARIANTS[layer_name, variant]
   recurrent_calls, sequences = [], []
   original_recurrent = op_lib.recurrent
   original_run = sequence_lib.run
@@ -358,7 +417,24 @@ def _chunked_runs():
           yield mode, name, case, recompute
 
 
-@pytest.mark.parametrize("mode,name,case,recompute", list(_chunked_runs()))
+# Those runs' modes x layers x cases x recompute, all pairs (every run with
+# --full); the values in the order that makes the greedy cover smallest, with
+# the fewest XLA runs (18 runs, 4 compiled). The edge: an eager call whose
+# forward loop earlier tests traced with the default chunk length (a build
+# call records no tape, so it runs recompute=True) and whose backward loop
+# this test traces with CHUNK=4: it fails unless both passes are given the
+# chunk length `run` read once (it failed with that reverted).
+CHUNKED_RUNS = list(_chunked_runs())
+CHUNKED_PAIRS = pairwise(
+    ["eager", "function", "xla"], ["GRU", "GRU_reset_before", "SimpleRNN",
+                                   "LSTM"],
+    ["dropout", "masked", "masked_bidirectional",
+     "masked_zero_output_backwards", "plain"], [False, True],
+    edges=[("eager", "LSTM", "plain", True)],
+    where=lambda *run: run in CHUNKED_RUNS)
+
+
+@pytest.mark.parametrize("mode,name,case,recompute", CHUNKED_PAIRS)
 def test_chunked_loop_matches_keras(monkeypatch, mode, name, case, recompute):
   """Several chunks and a partial last one (T=6 in chunks of 4); masked
   from a non-zero initial state (but in a Bidirectional); input and
@@ -499,33 +575,49 @@ def test_conv_lstm_saved_model_reload_keeps_values_and_gradients(tmp_path):
 
 
 def keras_unroll(cell_name, weights, x, compute_dtype):
-  """Keras's LSTM / GRU (reset_after) equations as a Python loop over steps.
+  """Keras's LSTM / GRU (reset_after) equations, one step per iteration of
+  a loop over the steps (a `tf.scan`).
 
   The float32 weights are cast to the compute dtype inside every step, so
-  autodiff sums their per-step gradients in float32: what a drop-in must
-  match under a mixed-precision policy. Returns the outputs `[B, T, H]`.
+  autodiff sums their per-step gradients in float32 (a while loop's
+  gradient accumulates a captured tensor's in that tensor's dtype): what a
+  drop-in must match under a mixed-precision policy. Returns the outputs
+  `[B, T, H]`.
   """
   kernel, recurrent_kernel, bias = weights
   x = tf.cast(x, compute_dtype)
   batch, units = x.shape[0], recurrent_kernel.shape[0]
-  h = tf.zeros([batch, units], compute_dtype)
-  c = tf.zeros([batch, units], compute_dtype)
-  outputs = []
-  for t in range(x.shape[1]):
+
+  def step(state, x_t):
+    h, c = state
     w, u, b = (tf.cast(v, compute_dtype) for v in
                (kernel, recurrent_kernel, bias))
     if cell_name == "lstm":
-      z = x[:, t] @ w + h @ u + b
+      z = x_t @ w + h @ u + b
       zi, zf, zc, zo = tf.split(z, 4, axis=-1)
       c = tf.sigmoid(zf) * c + tf.sigmoid(zi) * tf.tanh(zc)
       h = tf.sigmoid(zo) * tf.tanh(c)
     else:
-      xz, xr, xh = tf.split(x[:, t] @ w + b[0], 3, axis=-1)
+      xz, xr, xh = tf.split(x_t @ w + b[0], 3, axis=-1)
       rz, rr, rh = tf.split(h @ u + b[1], 3, axis=-1)
       z, r = tf.sigmoid(xz + rz), tf.sigmoid(xr + rr)
       h = z * h + (1.0 - z) * tf.tanh(xh + r * rh)
-    outputs.append(h)
-  return tf.stack(outputs, axis=1)
+    return h, c
+
+  zeros = tf.zeros([batch, units], compute_dtype)
+  outputs, _ = tf.scan(step, tf.transpose(x, [1, 0, 2]),
+                       initializer=(zeros, zeros))
+  return tf.transpose(outputs, [1, 0, 2])
+
+
+@tf.function(autograph=False)
+def keras_unroll_weight_grads(cell_name, weights, x):
+  """The unroll's weights' gradients of its bfloat16 outputs' sum."""
+  with tf.GradientTape() as tape:
+    tape.watch(weights)
+    loss = tf.reduce_sum(tf.cast(
+        keras_unroll(cell_name, weights, x, tf.bfloat16), tf.float32))
+  return tape.gradient(loss, weights)
 
 
 @pytest.mark.parametrize("cell_name", ["lstm", "gru"])
@@ -533,7 +625,8 @@ def keras_unroll(cell_name, weights, x, compute_dtype):
 def test_mixed_bfloat16_weight_gradients_sum_in_float32(cell_name,
                                                         recompute):
   """Issue 19: at T=1024 the weights' gradients are summed over the steps in
-  float32, as a Python unroll with per-step casts sums them."""
+  float32, as an unroll with per-step casts sums them (computed once per
+  cell, for the weights both recompute cases then take)."""
   batch, steps, dim, units = 4, 1024, 3, 4
   x = tf.random.stateless_uniform([batch, steps, dim], seed=[3, 4],
                                   minval=0.5, maxval=1.0)
@@ -542,18 +635,18 @@ def test_mixed_bfloat16_weight_gradients_sum_in_float32(cell_name,
   try:
     layer = layer_cls(units, return_sequences=True, recompute=recompute)
     layer.build((batch, steps, dim))
+    # This cell's first layer's initial weights, for both recompute cases.
+    weights = shared(("bfloat16_weights", cell_name), lambda: [
+        tf.constant(w) for w in layer.get_weights()])
+    layer.set_weights(weights)
     with tf.GradientTape() as tape:
       loss = tf.reduce_sum(tf.cast(layer(x), tf.float32))
     got = tape.gradient(loss, layer.trainable_weights)
   finally:
     keras.mixed_precision.set_global_policy("float32")
-  weights = [tf.constant(w) for w in layer.get_weights()]
-  assert [w.dtype for w in weights] == [tf.float32] * 3
-  with tf.GradientTape() as tape:
-    tape.watch(weights)
-    loss = tf.reduce_sum(tf.cast(
-        keras_unroll(cell_name, weights, x, tf.bfloat16), tf.float32))
-  want = tape.gradient(loss, weights)
+  assert [w.dtype for w in layer.get_weights()] == [np.float32] * 3
+  want = shared(("bfloat16_sum", cell_name),
+                lambda: keras_unroll_weight_grads(cell_name, weights, x))
   for name, g, w in zip(("kernel", "recurrent_kernel", "bias"), got, want):
     assert g.dtype == tf.float32, name
     scale = np.abs(w).max()
@@ -738,19 +831,45 @@ LAYER_OPTIONS = [
 ]
 
 
-@pytest.mark.parametrize("mode", ["eager", "function"])
-@pytest.mark.parametrize("name,options", LAYER_OPTIONS)
+# The options LAYER_OPTIONS sets (besides seeds); an entry's options as
+# values of those axes: (layer, whether each is set).
+LAYER_OPTION_KEYS = sorted({k for _, options in LAYER_OPTIONS
+                            for k in options} - {"seed"})
+LAYER_OPTION_VALUES = [(name,) + tuple(k in options for k in LAYER_OPTION_KEYS)
+                       for name, options in LAYER_OPTIONS]
+# Layers x each option set or not x modes, all pairs of the entries (every
+# entry in both modes with --full): each mode runs every layer and every
+# option (and its absence).
+LAYER_RUNS = [(case[-1],) + LAYER_OPTIONS[LAYER_OPTION_VALUES.index(case[:-1])]
+              for case in pairwise(
+                  list(LAYER_CASES),
+                  *[[False, True]] * len(LAYER_OPTION_KEYS),
+                  ["eager", "function"],
+                  where=lambda *case: case[:-1] in LAYER_OPTION_VALUES)]
+
+
+@pytest.mark.parametrize(
+    "mode,name,options", LAYER_RUNS,
+    ids=[f"{name}-options{LAYER_OPTIONS.index((name, options))}-{mode}"
+         for mode, name, options in LAYER_RUNS])
 def test_layer_matches_keras(mode, name, options):
-  args, x = LAYER_CASES[name]
-  ref = getattr(keras.layers, name)(
-      *args, **{k: v for k, v in options.items() if k != "recompute"})
-  ours = getattr(tf_recurrent, name)(*args, **options)
-  build_pair(ref, ours, x)
   training = "dropout" in options
+
+  def make():  # Built and Keras's result computed once for both modes.
+    args, x = LAYER_CASES[name]
+    ref = getattr(keras.layers, name)(
+        *args, **{k: v for k, v in options.items() if k != "recompute"})
+    ours = getattr(tf_recurrent, name)(*args, **options)
+    build_pair(ref, ours, x)
+    state = seed_state(ref) if training else None
+    return ours, x, state, outputs_and_grads(ref, x, "eager",
+                                             training=training)
+
+  ours, x, state, want = shared(
+      ("layer", LAYER_OPTIONS.index((name, options))), make)
   if training:  # Both layers draw the same dropout masks.
-    ours.cell.seed_generator.state.assign(ref.cell.seed_generator.state)
-  assert_close(outputs_and_grads(ours, x, mode, training=training),
-               outputs_and_grads(ref, x, "eager", training=training))
+    ours.cell.seed_generator.state.assign(state)
+  assert_close(outputs_and_grads(ours, x, mode, training=training), want)
 
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
@@ -759,20 +878,25 @@ def test_conv_lstm_channels_first_and_masked(mode, rank):
   """channels_first (which Keras's CPU convolutions refuse) against Keras
   channels last on the transposed frames, with a padding mask."""
   shape = [2, 5] + [4] * rank + [3]
-  x_last = tf.random.normal(shape, seed=rank)
   to_first = [0, 1, rank + 2] + list(range(2, rank + 2))
   to_last = [0, 1] + list(range(3, rank + 3)) + [2]
-  x_first = tf.transpose(x_last, to_first)
   mask = tf.constant([[True, True, False, True, False], [False] * 5])
   options = dict(padding="same", return_sequences=True, return_state=True)
-  ref = getattr(keras.layers, f"ConvLSTM{rank}D")(2, 3, **options)
-  ours = getattr(tf_recurrent, f"ConvLSTM{rank}D")(
-      2, 3, data_format="channels_first", **options)
-  ref(x_last)
-  ours(x_first)
-  ours.set_weights(ref.get_weights())
+
+  def make():  # Built and Keras's result computed once for both modes.
+    x_last = tf.random.normal(shape, seed=rank)
+    x_first = tf.transpose(x_last, to_first)
+    ref = getattr(keras.layers, f"ConvLSTM{rank}D")(2, 3, **options)
+    ours = getattr(tf_recurrent, f"ConvLSTM{rank}D")(
+        2, 3, data_format="channels_first", **options)
+    ref(x_last)
+    ours(x_first)
+    ours.set_weights(ref.get_weights())
+    return ours, x_first, outputs_and_grads(ref, x_last, "function",
+                                            mask=mask)
+
+  ours, x_first, want = shared(("channels_first", rank), make)
   got = outputs_and_grads(ours, x_first, mode, mask=mask)
-  want = outputs_and_grads(ref, x_last, "function", mask=mask)
   (sequences, h, c), (dx, *dw) = got
   state_to_last = [0] + list(range(2, rank + 2)) + [1]
   assert_close(((tf.transpose(sequences, to_last),
@@ -822,6 +946,9 @@ def test_conv_lstm_2d_runs_the_chunked_loops_and_round_trips(tmp_path):
 
 LAYER_PATHS = [("LSTM", {}), ("LSTM", {"recompute": True}), ("GRU", {}),
                ("GRU", {"reset_after": False}), ("SimpleRNN", {})]
+# The paths' options, by name: a path is a (layer name, options name).
+PATH_OPTIONS = {"default": {}, "recompute": {"recompute": True},
+                "reset_before": {"reset_after": False}}
 
 
 def keras_and_ours(name, x, options, **layer_kwargs):
@@ -834,12 +961,19 @@ def keras_and_ours(name, x, options, **layer_kwargs):
   return ref, ours
 
 
-@pytest.mark.parametrize("name,options", LAYER_PATHS)
-@pytest.mark.parametrize("activations", [
-    {"activation": "relu"}, {"recurrent_activation": "hard_sigmoid"},
-    {"activation": "softsign", "recurrent_activation": "tanh"}],
-                         ids=["relu", "hard_sigmoid", "both"])
-def test_non_default_activations_match_keras(name, options, activations):
+ACTIVATIONS = {"relu": {"activation": "relu"},
+               "hard_sigmoid": {"recurrent_activation": "hard_sigmoid"},
+               "both": {"activation": "softsign",
+                        "recurrent_activation": "tanh"}}
+
+
+# Layers x paths x activations, all pairs (the whole product with --full).
+@pytest.mark.parametrize("name,path,activations", pairwise(
+    ["LSTM", "GRU", "SimpleRNN"], list(PATH_OPTIONS), list(ACTIVATIONS),
+    where=lambda name, path, activations: (
+        (name, PATH_OPTIONS[path]) in LAYER_PATHS)))
+def test_non_default_activations_match_keras(name, path, activations):
+  options, activations = PATH_OPTIONS[path], ACTIVATIONS[activations]
   if name == "SimpleRNN" and "recurrent_activation" in activations:
     activations = {"activation": activations.get("activation", "elu")}
   x = tf.random.normal([B, T, D], seed=11)
@@ -849,12 +983,17 @@ def test_non_default_activations_match_keras(name, options, activations):
                outputs_and_grads(ref, x, "eager"))
 
 
-@pytest.mark.parametrize("name,options", LAYER_PATHS)
-@pytest.mark.parametrize("zero_output_for_mask", [False, True])
-def test_masked_last_output_is_the_last_emitted_one(name, options,
+# Layers x paths x zero_output_for_mask, all pairs (the whole product with
+# --full).
+@pytest.mark.parametrize("name,path,zero_output_for_mask", pairwise(
+    ["LSTM", "GRU", "SimpleRNN"], list(PATH_OPTIONS), [False, True],
+    where=lambda name, path, zero_output_for_mask: (
+        (name, PATH_OPTIONS[path]) in LAYER_PATHS)))
+def test_masked_last_output_is_the_last_emitted_one(name, path,
                                                     zero_output_for_mask):
   """Examples ending masked, with a hole, fully masked, unmasked: the last
   output (and state) is what Keras returns for each."""
+  options = PATH_OPTIONS[path]
   x = tf.random.normal([4, T, D], seed=12)
   mask = tf.constant([[1, 1, 1, 0, 0, 0], [1, 0, 1, 1, 0, 1],
                       [0] * T, [1] * T]) > 0

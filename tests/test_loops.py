@@ -2,16 +2,19 @@
 sequence_length, checkpoint_every / accumulate_state, stop_fn, time_major,
 and reduced-precision states."""
 
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import tf_recurrent
 from tf_recurrent import cells
-from conftest import (GRAPH_MODES, assert_all_close,
+from conftest import (GRAPH_MODES, MODES, assert_all_close,
                       assert_numerical_gradients, elman_args, elman_cell,
-                      elman_grad, in_mode, loss_weights, recomputing_cell_grad,
-                      static_unroll, values_and_grads, weighted_sum)
+                      elman_grad, in_mode, loss_weights, pairwise,
+                      recomputing_cell_grad, static_unroll, values_and_grads,
+                      weighted_sum)
 
 SEQ_LEN = 6
 GRADS = {"autodiff": None, "hand_written": elman_grad}
@@ -49,8 +52,16 @@ def check_against_unroll(mode, op_kwargs, ref_kwargs, seq_len=SEQ_LEN,
   return got
 
 
-@pytest.mark.parametrize("grad", GRADS)
-@pytest.mark.parametrize("lengths", [[3, 0, 6], [2, 4, 1]])
+def case_id(value):
+  """A test id for a tuple-valued option: its items joined by "-"."""
+  if isinstance(value, tuple):
+    return "-".join(map(str, value))
+  return None
+
+
+# Modes x gradients x options: all pairs (the whole product with --full).
+@pytest.mark.parametrize("mode,grad,lengths", pairwise(
+    MODES, list(GRADS), [(3, 0, 6), (2, 4, 1)]), ids=case_id)
 def test_sequence_length(mode, grad, lengths):
   acc, _, (_, _, dinputs) = check_against_unroll(
       mode, {"sequence_length": tf.constant(lengths)},
@@ -61,10 +72,12 @@ def test_sequence_length(mode, grad, lengths):
     assert np.all(acc[:n, b] != 0)
 
 
-@pytest.mark.parametrize("grad", GRADS)
-@pytest.mark.parametrize("every,accumulate", [
-    (1, False), (2, False), (4, False), ("sqrt", False), (2, True)])
-def test_checkpoint_every_matches_unroll(mode, grad, every, accumulate):
+@pytest.mark.parametrize("mode,grad,every_accumulate", pairwise(
+    MODES, list(GRADS),
+    [(1, False), (2, False), (4, False), ("sqrt", False), (2, True)]),
+    ids=case_id)
+def test_checkpoint_every_matches_unroll(mode, grad, every_accumulate):
+  every, accumulate = every_accumulate
   check_against_unroll(
       mode, {"checkpoint_every": every, "accumulate_state": accumulate},
       {}, seq_len=7, grad=GRADS[grad])
@@ -170,8 +183,9 @@ def test_sqrt_segments_run_in_one_extra_forward_pass():
   assert int(calls.numpy()) == 32
 
 
-@pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])
-def test_reduced_precision_states(mode, dtype):
+def reduced_precision_run(mode, dtype):
+  """The Elman loop whose float32 weights are cast to `dtype` in each step,
+  on states and inputs of `dtype`: (acc, final, gradients)."""
   theta, state0, inputs = elman_args(SEQ_LEN, dtype=tf.float32)
 
   def cast_cell(theta, state, x):
@@ -187,10 +201,21 @@ def test_reduced_precision_states(mode, dtype):
       loss = tf.reduce_sum(tf.cast(acc["h"], tf.float32) ** 2)
     return acc, final, tape.gradient(loss, [theta, s, x])
 
-  low = in_mode(mode, run)(tf.nest.map_structure(lambda v: tf.cast(v, dtype),
-                                                 state0),
-                           tf.cast(inputs, dtype))
-  full = in_mode(mode, run)(state0, inputs)
+  return in_mode(mode, run)(
+      tf.nest.map_structure(lambda v: tf.cast(v, dtype), state0),
+      tf.cast(inputs, dtype))
+
+
+@functools.lru_cache(maxsize=None)
+def float32_run(mode):
+  """The float32 run of `mode`, shared by the reduced-precision cases."""
+  return reduced_precision_run(mode, tf.float32)
+
+
+@pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])
+def test_reduced_precision_states(mode, dtype):
+  low = reduced_precision_run(mode, dtype)
+  full = float32_run(mode)
   acc, _, (dtheta, dstate0, dinputs) = low
   assert acc["h"].dtype == dtype and dinputs.dtype == dtype
   assert all(g.dtype == tf.float32 for g in tf.nest.flatten(dtheta))
@@ -227,14 +252,15 @@ def test_float32_theta_gradient_accumulates_in_float32(mode, grad):
   assert float(dtheta["a"]) == 512.0
 
 
-@pytest.mark.parametrize("grad", GRADS)
-@pytest.mark.parametrize("op_kwargs,ref_kwargs", [
-    ({}, {}),
-    ({"sequence_length": [4, 1, 6], "checkpoint_every": 2,
-      "time_major": False}, {"sequence_length": [4, 1, 6]}),
-], ids=["plain", "lengths_checkpoints_batch_major"])
-def test_accumulate_some_state_leaves(mode, grad, op_kwargs, ref_kwargs):
-  """Leaves not returned per step are None; gradients are unchanged."""
+ACCUMULATE_OPTIONS = {
+    "plain": ({}, {}),
+    "lengths_checkpoints_batch_major": (
+        {"sequence_length": [4, 1, 6], "checkpoint_every": 2,
+         "time_major": False}, {"sequence_length": [4, 1, 6]}),
+}
+
+
+def accumulate_some_args():
   rng = np.random.default_rng(3)
   batch, units = 3, 4
   theta = {"recurrent_kernel": tf.constant(
@@ -242,9 +268,31 @@ def test_accumulate_some_state_leaves(mode, grad, op_kwargs, ref_kwargs):
   state0 = {"h": tf.constant(rng.normal(size=[batch, units])),
             "c": tf.constant(rng.normal(size=[batch, units]))}
   inputs = tf.constant(rng.normal(size=[SEQ_LEN, batch, 4 * units]))
-  cell_grad = cells.lstm_grad if grad == "hand_written" else None
   weights = ({"h": loss_weights(tf.zeros([SEQ_LEN, batch, units]), 1),
               "c": None}, loss_weights(state0, 2))
+  return theta, state0, inputs, weights
+
+
+@functools.lru_cache(maxsize=None)
+def accumulate_some_reference(options):
+  """The unroll's values and gradients, shared by the modes and gradients."""
+  theta, state0, inputs, weights = accumulate_some_args()
+  ref_kwargs = ACCUMULATE_OPTIONS[options][1]
+
+  def ref(t, s, x):
+    acc, final = static_unroll(t, s, x, cells.lstm_step, **ref_kwargs)
+    return {"h": acc["h"], "c": None}, final
+
+  return loss_and_grads(ref, theta, state0, inputs, weights)
+
+
+@pytest.mark.parametrize("mode,grad,options", pairwise(
+    MODES, list(GRADS), list(ACCUMULATE_OPTIONS)))
+def test_accumulate_some_state_leaves(mode, grad, options):
+  """Leaves not returned per step are None; gradients are unchanged."""
+  op_kwargs = ACCUMULATE_OPTIONS[options][0]
+  theta, state0, inputs, weights = accumulate_some_args()
+  cell_grad = cells.lstm_grad if grad == "hand_written" else None
   batch_major = not op_kwargs.get("time_major", True)
 
   def op(t, s, x):
@@ -258,14 +306,9 @@ def test_accumulate_some_state_leaves(mode, grad, op_kwargs, ref_kwargs):
       acc = {"h": tf.transpose(acc["h"], [1, 0, 2]), "c": None}
     return acc, final
 
-  def ref(t, s, x):
-    acc, final = static_unroll(t, s, x, cells.lstm_step, **ref_kwargs)
-    return {"h": acc["h"], "c": None}, final
-
   got = in_mode(mode, lambda *a: loss_and_grads(op, *a, weights))(
       theta, state0, inputs)
-  want = loss_and_grads(ref, theta, state0, inputs, weights)
-  assert_all_close(got, want, tol=1e-9)
+  assert_all_close(got, accumulate_some_reference(options), tol=1e-9)
 
 
 @pytest.mark.parametrize("seq_len", [1, 4])
@@ -334,34 +377,74 @@ def differentiable(structure):
   return [x for x in tf.nest.flatten(structure) if x.dtype.is_floating]
 
 
-@pytest.mark.parametrize("mode", GRAPH_MODES)
-@pytest.mark.parametrize("grad", ["autodiff", "hand_written", "gradients"])
-@pytest.mark.parametrize("cell", CHECKPOINT_CELLS)
-def test_every_checkpoint_length_matches_unroll(mode, grad, cell):
-  """Losses on the final state, the rows and both, for each segment length
-  (one graph per case, each op call with sources of its own)."""
-  cell_fn, _, make_args = CHECKPOINT_CELLS[cell]
-  args = make_args()
-  cell_grad = checkpoint_grads(cell, grad)
+LOSS_ON = ("final", "rows", "both")
+
+
+def checkpoint_case_allowed(mode, grad, cell, every, loss_on):
+  """Segments are kept only when the rows are not returned (a loss on the
+  final state); with rows returned, checkpointing recomputes a custom
+  cell_grad's extras, the same for any segment length: those run for two
+  lengths only."""
+  del mode, grad, cell
+  return loss_on == "final" or every in (2, CHECKPOINT_STEPS)
+
+
+def grouped_checkpoint_cases():
+  """The matrix mode x grad x cell x segment length x loss, as one test per
+  (mode, grad, cell) running its (length, loss) cases in one graph."""
+  groups = {}
+  for mode, grad, cell, every, loss_on in pairwise(
+      GRAPH_MODES, ["autodiff", "hand_written", "gradients"],
+      list(CHECKPOINT_CELLS), CHECKPOINT_EVERY, LOSS_ON,
+      where=checkpoint_case_allowed):
+    groups.setdefault((mode, grad, cell), []).append((every, loss_on))
+  return [pytest.param(mode, grad, cell, tuple(cases),
+                       id=f"{cell}-{grad}-{mode}")
+          for (mode, grad, cell), cases in groups.items()]
+
+
+def checkpoint_loss_weights(cell):
   # As numpy arrays: a TF1 graph cannot capture eager tensors.
-  weights = tf.nest.map_structure(
+  args = CHECKPOINT_CELLS[cell][2]()
+  return tf.nest.map_structure(
       lambda w: w.numpy(),
       (loss_weights({"h": tf.zeros([CHECKPOINT_STEPS, 2, 4])}, 1),
        loss_weights(args[1], 2)))
-  # Segments are kept only when the rows are not returned (a loss on the
-  # final state); with rows returned, checkpointing recomputes a custom
-  # cell_grad's extras, the same for any segment length.
-  cases = ([(every, "final") for every in CHECKPOINT_EVERY] +
-           [(every, loss_on) for every in (2, CHECKPOINT_STEPS)
-            for loss_on in ("rows", "both")])
 
-  def loss_of(acc, final, loss_on):
-    loss = 0.0
-    if loss_on != "rows":
-      loss += weighted_sum(final, weights[1])
-    if loss_on != "final":
-      loss += weighted_sum({"h": acc["h"][:, :2, :4]}, weights[0])
-    return loss
+
+def checkpoint_loss(weights, acc, final, loss_on):
+  loss = 0.0
+  if loss_on != "rows":
+    loss += weighted_sum(final, weights[1])
+  if loss_on != "final":
+    loss += weighted_sum({"h": acc["h"][:, :2, :4]}, weights[0])
+  return loss
+
+
+@functools.lru_cache(maxsize=None)
+def checkpoint_reference(cell, loss_on):
+  """The unroll's final state and gradients, shared by every mode, gradient
+  and segment length."""
+  cell_fn, _, make_args = CHECKPOINT_CELLS[cell]
+  args = make_args()
+  with tf.GradientTape() as tape:
+    sources = differentiable(args)
+    tape.watch(sources)
+    acc, final = static_unroll(*args, cell_fn)
+    loss = checkpoint_loss(checkpoint_loss_weights(cell), acc, final, loss_on)
+  want = tape.gradient(loss, sources,
+                       unconnected_gradients=tf.UnconnectedGradients.ZERO)
+  return ([x.shape for x in sources], want, final["h"])
+
+
+@pytest.mark.parametrize("mode,grad,cell,cases", grouped_checkpoint_cases())
+def test_every_checkpoint_length_matches_unroll(mode, grad, cell, cases):
+  """Losses on the final state, the rows and both, for each segment length
+  (one graph per (mode, grad, cell), each op call with sources of its own)."""
+  cell_fn, _, make_args = CHECKPOINT_CELLS[cell]
+  args = make_args()
+  cell_grad = checkpoint_grads(cell, grad)
+  weights = checkpoint_loss_weights(cell)
 
   def build(watch):
     sources, values, loss = [], [], 0.0
@@ -371,29 +454,23 @@ def test_every_checkpoint_length_matches_unroll(mode, grad, cell):
       acc, final = tf_recurrent.recurrent(
           *copies, cell_fn, cell_grad, checkpoint_every=every,
           accumulate_state=loss_on != "final")
-      loss += loss_of(acc, final, loss_on)
+      loss += checkpoint_loss(weights, acc, final, loss_on)
       sources += differentiable(copies)
       values.append(final)
     return values, loss, sources
 
   got_values, got_grads = values_and_grads(mode, build)
   for i, (every, loss_on) in enumerate(cases):
-    with tf.GradientTape() as tape:
-      sources = differentiable(args)
-      tape.watch(sources)
-      acc, final = static_unroll(*args, cell_fn)
-      loss = loss_of(acc, final, loss_on)
-    want = tape.gradient(loss, sources,
-                         unconnected_gradients=tf.UnconnectedGradients.ZERO)
-    n = len(sources)
+    shapes, want, want_final = checkpoint_reference(cell, loss_on)
+    n = len(shapes)
     got = got_grads[i * n:(i + 1) * n]
-    for g, w, x in zip(got, want, sources):
+    for g, w, shape in zip(got, want, shapes):
       np.testing.assert_allclose(
           np.asarray(tf.convert_to_tensor(g)), np.asarray(
               tf.convert_to_tensor(w)), rtol=1e-9, atol=1e-9,
-          err_msg=f"checkpoint_every={every}, loss on {loss_on}, source {x.shape}")
+          err_msg=f"checkpoint_every={every}, loss on {loss_on}, source {shape}")
     np.testing.assert_allclose(np.asarray(got_values[i]),
-                               np.asarray(final["h"]), rtol=1e-12)
+                               np.asarray(want_final), rtol=1e-12)
 
 
 def normalizing_cell(theta, state, x):

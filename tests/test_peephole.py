@@ -4,6 +4,7 @@ Keras layer against Keras's own loop running `PeepholeLSTMCell`.
 Chunks are 3 steps long (T=7: 3 + 3 + 1), as in test_sequence.py.
 """
 
+import functools
 import os
 
 import keras
@@ -13,6 +14,7 @@ import tensorflow as tf
 
 from conftest import GRAPH_MODES
 from conftest import loop_values_and_grads
+from conftest import pairwise
 from conftest import values_and_grads
 import tf_recurrent
 from tf_recurrent.chunked import sequence
@@ -90,23 +92,31 @@ def loss_of(outputs, final):
                     for i, f in enumerate(final))
 
 
-def run_both(mode, recompute, masked, dropped, dtype=tf.float64):
-  def inputs(dtype):
-    def make():
-      x, state0, w = tf.nest.map_structure(lambda t: tf.cast(t, dtype),
-                                           case())
-      return (x, state0, w), (holes() if masked else None,
-                              dropout_masks(dtype=dtype) if dropped else None)
-    return make
+def loop_inputs(masked, dropped, dtype):
+  def make():
+    x, state0, w = tf.nest.map_structure(lambda t: tf.cast(t, dtype),
+                                         case())
+    return (x, state0, w), (holes() if masked else None,
+                            dropout_masks(dtype=dtype) if dropped else None)
+  return make
 
+
+@functools.lru_cache(maxsize=None)
+def unrolled_reference(masked, dropped):
+  """The float64 unroll's values and gradients, shared by every mode,
+  recompute choice and dtype of ours."""
+  return loop_values_and_grads("eager", loop_inputs(masked, dropped,
+                                                    tf.float64),
+                               unrolled, loss_of)
+
+
+def run_both(mode, recompute, masked, dropped, dtype=tf.float64):
   ours = loop_values_and_grads(
-      mode, inputs(dtype),
+      mode, loop_inputs(masked, dropped, dtype),
       lambda x, s, w, m, d: sequence.run("peephole_lstm", x, s, w,
                                          recompute=recompute, mask=m,
                                          dropout=d), loss_of)
-  want = loop_values_and_grads("eager", inputs(tf.float64), unrolled,
-                               loss_of)
-  return ours, want
+  return ours, unrolled_reference(masked, dropped)
 
 
 def assert_close(ours, want, tol):
@@ -114,16 +124,19 @@ def assert_close(ours, want, tol):
     np.testing.assert_allclose(got, expected, rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("mode", GRAPH_MODES)
-@pytest.mark.parametrize("recompute", [False, True],
-                         ids=["keep_gates", "recompute"])
+# Modes x recompute x inputs: all pairs (the whole product with --full).
 # Dropout unmasked: with the holes the second example is all masked and its
 # dropout masks would go unchecked.
-@pytest.mark.parametrize("masked,dropped", [(False, False), (True, False),
-                                            (False, True)],
-                         ids=["plain", "holes", "dropout"])
-def test_matches_float64_unroll(mode, recompute, masked, dropped):
-  ours, want = run_both(mode, recompute, masked, dropped)
+INPUTS = {"plain": (False, False), "holes": (True, False),
+          "dropout": (False, True)}
+
+
+@pytest.mark.parametrize("mode,recompute,inputs", pairwise(
+    GRAPH_MODES, [False, True], list(INPUTS)),
+                         ids=lambda v: {False: "keep_gates",
+                                        True: "recompute"}.get(v))
+def test_matches_float64_unroll(mode, recompute, inputs):
+  ours, want = run_both(mode, recompute, *INPUTS[inputs])
   assert_close(ours, want, 1e-10)
 
 

@@ -10,8 +10,8 @@ import numpy as np
 import tensorflow as tf
 
 import tf_recurrent
-from conftest import (GRAPH_MODES, assert_all_close, recomputing_cell_grad,
-                      static_unroll, values_and_grads)
+from conftest import (GRAPH_MODES, assert_all_close, full_matrices,
+                      recomputing_cell_grad, static_unroll, values_and_grads)
 
 Pair = collections.namedtuple("Pair", "first second")
 BATCH = 2
@@ -37,7 +37,18 @@ def structures(draw, leaf_count):
   return build(leaves, 0)
 
 
-@hypothesis.settings(max_examples=30, deadline=None)
+# 30 random examples with --full (TFR_FULL=1), 10 by default. The explicit
+# example always runs: in a TF1 graph with plain steps, a cell_grad
+# differentiating its recomputed step with tf.gradients (it must get the
+# step's partial derivatives), a max_input_length and per-example lengths
+# with an empty example.
+@hypothesis.settings(max_examples=30 if full_matrices() else 10,
+                     deadline=None)
+@hypothesis.example(
+    state_struct=Pair(0, [1]), input_struct={"k0": 0}, seq_len=5,
+    length_cut=3, use_length=True, example_lengths=[4, 0],
+    checkpoint_every=None, accumulate_state="per_leaf", nonlinearity="tanh",
+    cell_grad="gradients", mode="tf1", xla_steps=False, seed=3)
 @hypothesis.given(
     state_struct=st.integers(1, 3).flatmap(structures),
     input_struct=st.integers(1, 2).flatmap(structures),

@@ -1,6 +1,7 @@
 """tf_recurrent.recurrent against a static Python unroll, in every mode."""
 
 import collections
+import functools
 
 import numpy as np
 import pytest
@@ -9,8 +10,8 @@ import tensorflow as tf
 import tf_recurrent
 from conftest import (GRAPH_MODES, MODES, assert_all_close, assert_numerical_gradients,
                       elman_args, elman_cell, elman_grad, in_mode, loss_weights,
-                      recomputing_cell_grad, static_unroll, values_and_grads,
-                      weighted_sum)
+                      pairwise, recomputing_cell_grad, static_unroll,
+                      values_and_grads, weighted_sum)
 
 Theta = collections.namedtuple("Theta", "x")
 Coeff = collections.namedtuple("Coeff", "coeff")
@@ -53,24 +54,38 @@ def value_and_grads(run_op, theta, state0, inputs, weights):
   return acc, final, tape.gradient(loss, [theta, state0, inputs])
 
 
-@pytest.mark.parametrize("seq_len", [1, 7])
-@pytest.mark.parametrize("hand_written_grad", [False, True])
+def elman_weights(seq_len, state0):
+  return (loss_weights({"h": tf.zeros([seq_len, 3, 5])}, 1),
+          loss_weights(state0, 2))
+
+
+@functools.lru_cache(maxsize=None)
+def elman_reference(seq_len):
+  """The unroll's rows, final state and gradients, shared by the modes and
+  gradients."""
+  theta, state0, inputs = elman_args(seq_len)
+
+  def ref(t, s, x):
+    return static_unroll(t, s, x, elman_cell)
+
+  return value_and_grads(ref, theta, state0, inputs,
+                         elman_weights(seq_len, state0))
+
+
+# Modes x lengths x gradients: all pairs (the whole product with --full).
+@pytest.mark.parametrize("mode,seq_len,hand_written_grad", pairwise(
+    MODES, [1, 7], [False, True]))
 def test_elman_matches_static_unroll(mode, seq_len, hand_written_grad):
   theta, state0, inputs = elman_args(seq_len)
-  weights = (loss_weights({"h": tf.zeros([seq_len, 3, 5])}, 1),
-             loss_weights(state0, 2))
+  weights = elman_weights(seq_len, state0)
   grad = elman_grad if hand_written_grad else None
 
   def op(t, s, x):
     return tf_recurrent.recurrent(t, s, x, elman_cell, cell_grad=grad)
 
-  def ref(t, s, x):
-    return static_unroll(t, s, x, elman_cell)
-
   got = in_mode(mode, lambda *a: value_and_grads(op, *a, weights))(
       theta, state0, inputs)
-  want = value_and_grads(ref, theta, state0, inputs, weights)
-  assert_all_close(got, want, tol=1e-9)
+  assert_all_close(got, elman_reference(seq_len), tol=1e-9)
 
 
 def test_numerical_gradients_float64():
@@ -97,11 +112,23 @@ def test_numerical_gradients_with_hand_written_grad_and_length():
   assert_numerical_gradients(loss, [theta["w"], state0["h"], inputs])
 
 
+def max_input_length_weights(state0):
+  return (loss_weights({"h": tf.zeros([6, 3, 5])}, 3), loss_weights(state0, 4))
+
+
+@functools.lru_cache(maxsize=None)
+def max_input_length_reference():
+  """The 4-step unroll of 6 inputs, shared by the modes and length kinds."""
+  theta, state0, inputs = elman_args(6)
+  return value_and_grads(
+      lambda t, s, x: static_unroll(t, s, x, elman_cell, num_steps=4),
+      theta, state0, inputs, max_input_length_weights(state0))
+
+
 @pytest.mark.parametrize("length_kind", ["python", "tensor"])
 def test_max_input_length_zeros_past_the_end(mode, length_kind):
   theta, state0, inputs = elman_args(6)
-  weights = (loss_weights({"h": tf.zeros([6, 3, 5])}, 3),
-             loss_weights(state0, 4))
+  weights = max_input_length_weights(state0)
 
   def op(t, s, x):
     n = 4 if length_kind == "python" else tf.constant(4)
@@ -109,10 +136,7 @@ def test_max_input_length_zeros_past_the_end(mode, length_kind):
 
   got = in_mode(mode, lambda *a: value_and_grads(op, *a, weights))(
       theta, state0, inputs)
-  want = value_and_grads(
-      lambda t, s, x: static_unroll(t, s, x, elman_cell, num_steps=4),
-      theta, state0, inputs, weights)
-  assert_all_close(got, want, tol=1e-9)
+  assert_all_close(got, max_input_length_reference(), tol=1e-9)
   acc, _, (_, _, dinputs) = got
   assert np.all(np.asarray(acc["h"])[4:] == 0)
   assert np.all(np.asarray(dinputs)[4:] == 0)
@@ -492,9 +516,10 @@ ENTRIES = {
 }
 
 
-@pytest.mark.parametrize("mode", GRAPH_MODES)
-@pytest.mark.parametrize("entry", ENTRIES)
-@pytest.mark.parametrize("how", ["gradients", "gradients_in_function", "tape"])
+# Modes x entries x how the cell_grad differentiates: all pairs (the whole
+# product with --full).
+@pytest.mark.parametrize("mode,entry,how", pairwise(
+    GRAPH_MODES, list(ENTRIES), ["gradients", "gradients_in_function", "tape"]))
 def test_cell_grad_sees_only_its_step(mode, entry, how):
   """A cell_grad differentiating its recomputed step gets partial
   derivatives: tf.gradients on arguments still wired to the forward loop

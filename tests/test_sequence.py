@@ -4,6 +4,12 @@ Chunks are made 3 steps long here, so a short sequence has several chunks
 and a partial last one (T=7: 3 + 3 + 1). Masked runs are checked against
 the unroll with Keras's masked step (the state carried where the mask is
 off), written with plain `tf.where`.
+
+The option matrices (modes x kinds x recompute x lengths and masks x
+dropout/zoneout/layout) run as `pairwise` covers: every pair of values of
+any two options in some case, each mode with every kind (the XLA pairs
+once each: its compile is most of a case's cost), plus the edges named
+below; `--full` / `TFR_FULL=1` runs their whole products.
 """
 
 import hypothesis
@@ -14,6 +20,7 @@ import tensorflow as tf
 
 from conftest import GRAPH_MODES
 from conftest import assert_numerical_gradients
+from conftest import pairwise
 from conftest import record_output_gradients
 from conftest import values_and_grads
 from tf_recurrent.chunked import fused_lstm
@@ -298,22 +305,46 @@ KIND_CASES = [(kind, steps, mask_name) for kind in KINDS
                                      (7, "holes"))]
 
 
-@pytest.mark.parametrize("mode", GRAPH_MODES)
-@pytest.mark.parametrize("recompute", [False, True],
-                         ids=["keep_gates", "recompute"])
-@pytest.mark.parametrize("kind,steps,mask_name", KIND_CASES)
+def recompute_id(recompute):
+  return "recompute" if recompute else "keep_gates"
+
+
+def params(cases, order, recompute_at=None):
+  """`pytest.param`s of `cases`, their ids the values in `order` (indices
+  into a case; the one at `recompute_at` named as `recompute_id` does)."""
+  return [pytest.param(*case, id="-".join(
+      recompute_id(case[i]) if i == recompute_at else str(case[i])
+      for i in order)) for case in cases]
+
+
+# Modes x recompute x KIND_CASES: each of KIND_CASES in some mode, each kind
+# and each length and mask in every mode, each with both recompute values.
+MATCHES_CASES = [
+    (mode, recompute, kind, steps, mask_name)
+    for mode, recompute, kind, (steps, mask_name) in pairwise(
+        GRAPH_MODES, [False, True], KINDS, STEPS_AND_MASKS,
+        where=lambda mode, recompute, kind, steps_and_mask:
+        (kind, *steps_and_mask) in KIND_CASES)]
+
+
+@pytest.mark.parametrize("mode,recompute,kind,steps,mask_name", params(
+    MATCHES_CASES, order=(2, 3, 4, 1, 0), recompute_at=1))
 def test_matches_float64_unroll(mode, kind, recompute, steps, mask_name):
   ours, want = run_both(mode, kind, recompute, steps, mask_name)
   for got, expected in zip(tf.nest.flatten(ours), tf.nest.flatten(want)):
     np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("mode", GRAPH_MODES)
-@pytest.mark.parametrize("recompute", [False, True],
-                         ids=["keep_gates", "recompute"])
-@pytest.mark.parametrize("kind,steps,mask_name,zoneout", [
-    ("lstm", 1, None, False), ("lstm", 7, "holes", False),
-    ("gru", 5, "prefix", True)])
+# Each of the three cases in every mode, with both recompute values.
+BATCH_MAJOR_CASES = [
+    (mode, recompute, *rest) for mode, recompute, rest in pairwise(
+        GRAPH_MODES, [False, True],
+        [("lstm", 1, None, False), ("lstm", 7, "holes", False),
+         ("gru", 5, "prefix", True)])]
+
+
+@pytest.mark.parametrize("mode,recompute,kind,steps,mask_name,zoneout", params(
+    BATCH_MAJOR_CASES, order=(2, 3, 4, 5, 1, 0), recompute_at=1))
 def test_batch_major_matches_float64_unroll(mode, kind, recompute, steps,
                                             mask_name, zoneout):
   """`time_major=False` (the layers' layout, chunks read and written along
@@ -325,17 +356,15 @@ def test_batch_major_matches_float64_unroll(mode, kind, recompute, steps,
     np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
 
 
-# Every mode for the LSTM and the GRU; the kinds sharing their loops and
-# masks (`_Linear`) get one eager, one XLA (recompute) and one TF1 (shared
-# masks) case each.
-DROPOUT_CASES = [(mode, kind, recompute, shared) for kind in KINDS for (
-    mode, recompute, shared) in (
-        [(mode, False, False) for mode in GRAPH_MODES] +
-        [("function", True, False), ("xla", True, False),
-         ("eager", False, True), ("function", True, True),
-         ("xla", False, True)]
-        if kind in ("lstm", "gru") else
-        [("eager", False, False), ("xla", True, False), ("tf1", False, True)])]
+# The LSTM and the GRU: every mode, recompute and shared-mask value paired
+# with every other; the kinds sharing their loops and masks (`_Linear`) get
+# one eager, one XLA (recompute) and one TF1 (shared masks) case each.
+OTHER_KINDS_DROPOUT = (("eager", False, False), ("xla", True, False),
+                       ("tf1", False, True))
+DROPOUT_CASES = pairwise(
+    GRAPH_MODES, KINDS, [False, True], [False, True],
+    where=lambda mode, kind, recompute, shared: kind in ("lstm", "gru") or
+    (mode, recompute, shared) in OTHER_KINDS_DROPOUT)
 
 
 @pytest.mark.parametrize("mode,kind,recompute,shared", DROPOUT_CASES)
@@ -350,10 +379,9 @@ def test_dropout_matches_unroll(mode, kind, recompute, shared, steps,
     np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("mode", ["eager", "function"])
-@pytest.mark.parametrize("recompute", [False, True],
-                         ids=["keep_gates", "recompute"])
-@pytest.mark.parametrize("kind", ["lstm", "projected_lstm"])
+@pytest.mark.parametrize("mode,recompute,kind", params(pairwise(
+    ["eager", "function"], [False, True], ["lstm", "projected_lstm"]),
+    order=(2, 1, 0), recompute_at=1))
 def test_fused_float32_lstm_gradient_matches_float64(mode, recompute, kind):
   """The TF executor's fused LSTM gradient (float32) against the unroll."""
   def build(dtype, fn):
@@ -426,12 +454,12 @@ def test_whole_sequence_kernels_only_where_they_apply(change):
   assert fused_lstm.applies(**args) == (change == "none")
 
 
-@pytest.mark.parametrize("kind,recompute,mask_name", [
-    (kind, recompute, mask_name) for kind in KINDS
-    for recompute in (False, True) for mask_name in (None, "holes")
+@pytest.mark.parametrize("kind,recompute,mask_name", pairwise(
+    KINDS, [False, True], [None, "holes"],
     # The LSTM's variants: one case each way.
-    if kind in ("lstm", "gru", "gru_reset_before", "simple_rnn") or
-    recompute == (mask_name is None)])
+    where=lambda kind, recompute, mask_name:
+    kind in ("lstm", "gru", "gru_reset_before", "simple_rnn") or
+    recompute == (mask_name is None)))
 def test_numerical_gradients(kind, recompute, mask_name):
   x, state0, w = case(kind, 5, seed=1)
   names = sorted(w)
@@ -554,9 +582,8 @@ def test_chunk_grid():
   assert [int(grid.steps(c)[1]) for c in range(3)] == [3, 3, 1]
 
 
-@pytest.mark.parametrize("mode", ["eager", "function", "unknown_t", "jit"])
-@pytest.mark.parametrize("steps", [6, 7])
-@pytest.mark.parametrize("time_major", [True, False])
+@pytest.mark.parametrize("time_major,steps,mode", pairwise(
+    [True, False], [6, 7], ["eager", "function", "unknown_t", "jit"]))
 def test_a_chunk_reads_its_rows_and_the_last_again_past_t(steps, mode,
                                                           time_major):
   """Chunks of 3 over T=6 (every chunk full) and T=7 (the last chunk runs
@@ -699,9 +726,9 @@ def unrolled_with_zoneout(kind, x, state0, w, mask, zoneout):
   return tf.stack(outputs), state
 
 
-@pytest.mark.parametrize("mode,recompute", [
-    ("eager", False), ("tf1", False), ("function", True), ("xla", True)])
-@pytest.mark.parametrize("kind", sorted(ZONEOUT_KINDS))
+# Each kind in every mode, each mode and kind with both recompute values.
+@pytest.mark.parametrize("mode,recompute,kind", params(pairwise(
+    GRAPH_MODES, [False, True], sorted(ZONEOUT_KINDS)), order=(2, 0, 1)))
 # Both examples run (see test_dropout_matches_unroll).
 @pytest.mark.parametrize("mask_name", ["prefix"])
 def test_zoneout_matches_unroll(mode, kind, recompute, mask_name):

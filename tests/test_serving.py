@@ -78,12 +78,64 @@ def exported(tmp_path_factory):
   return root
 
 
-def test_fresh_process_serves_and_fine_tunes(exported):
-  out = run_fresh("""
-      import json, pathlib, sys
-      import numpy as np
-      import tensorflow as tf
-      root = pathlib.Path(sys.argv[1])
+# One fresh process (no tf_recurrent) does all the serving work the tests
+# below check, each part in its own section so that one failing part fails
+# only its test: the SavedModel CLI on the streaming export (`show --all`, a
+# good and a wrong input), the CLI command the export example printed, and the
+# exports loaded, served, stepped and fine-tuned. The CLI runs as its program
+# does (`saved_model_cli.main()` with its arguments in `sys.argv`), so each
+# call's exit status is what the command's would be: `sys.exit`'s code, or 1
+# for an exception escaping `main` (a crash would kill the process, and every
+# test here would fail).
+SERVE = """
+    import contextlib, io, json, pathlib, sys, traceback
+    import numpy as np
+    import tensorflow as tf
+    from tensorflow.python.tools import saved_model_cli
+    root = pathlib.Path(sys.argv[1])
+    sections = {}
+
+    def section(name):
+      def run(body):
+        try:
+          sections[name] = {"ok": True, "value": body()}
+        except Exception:  # pylint: disable=broad-except
+          sections[name] = {"ok": False, "error": traceback.format_exc()}
+      return run
+
+    def cli(*args):
+      out, err = io.StringIO(), io.StringIO()
+      sys.argv = ["saved_model_cli", *args]
+      with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+          saved_model_cli.main()
+          code = 0
+        except SystemExit as e:
+          code = 0 if e.code in (None, False) else (
+              e.code if isinstance(e.code, int) else 1)
+        except Exception:  # pylint: disable=broad-except
+          traceback.print_exc()
+          code = 1
+      return {"returncode": code, "stdout": out.getvalue(),
+              "stderr": err.getvalue()}
+
+    streaming_dir = str(root / "streaming")
+
+    @section("cli")
+    def _():
+      run = ("run", "--dir", streaming_dir, "--tag_set", "serve",
+             "--signature_def", "serving_default", "--inputs")
+      return {"show": cli("show", "--dir", streaming_dir, "--all"),
+              "good": cli(*run, f"inputs={root / 'good.npy'}"),
+              "wrong": cli(*run, f"inputs={root / 'wrong.npy'}")}
+
+    @section("adding")
+    def _():
+      command = json.loads((root / "adding_command.json").read_text())
+      return cli(*command)
+
+    @section("serve")
+    def _():
       expected = json.loads((root / "expected.json").read_text())
       module = tf.saved_model.load(str(root / "module"))
       keras_export = tf.saved_model.load(str(root / "keras"))
@@ -121,57 +173,79 @@ def test_fresh_process_serves_and_fine_tunes(exported):
       opt.apply_gradients(zip(tape.gradient(loss, [module.w]), [module.w]))
       assert not np.allclose(before, module.w.numpy())
       # Bad input: the signature's own error, not a crash.
+      rejected = []
       for bad in (tf.ones([2, 5, 4]), tf.ones([2, 3]), tf.ones([2, 5, 3], tf.int32)):
         try:
           serve(inputs=bad)
         except (TypeError, ValueError, tf.errors.InvalidArgumentError) as e:
           message = str(e)
           assert any(word in message for word in ("shape", "dtype", "expected")), message
-          print("REJECTED", type(e).__name__, message.splitlines()[0][:160])
+          rejected.append(f"{type(e).__name__} {message.splitlines()[0][:160]}")
         else:
           raise AssertionError(f"accepted {bad.shape} {bad.dtype}")
-  """, exported)
-  assert out.count("REJECTED") == 3, out
+      return rejected
+
+    print("SECTIONS " + json.dumps(sections))
+"""
 
 
-def cli(*args):
-  proc = subprocess.run(
-      [sys.executable, "-m", "tensorflow.python.tools.saved_model_cli", *args],
-      capture_output=True, text=True, timeout=300, check=False)
-  return proc
-
-
-def test_saved_model_cli_show_and_run(exported):
-  directory = str(exported / "streaming")
-  show = cli("show", "--dir", directory, "--all")
-  assert show.returncode == 0, show.stderr[-2000:]
-  for name in ("serving_default", "initial_state", "step"):
-    assert f"signature_def['{name}']" in show.stdout
-  good, wrong = exported / "good.npy", exported / "wrong.npy"
-  np.save(good, inputs_for(2, 5))
-  np.save(wrong, np.ones([2, 5, 7], np.float32))
-  run = cli("run", "--dir", directory, "--tag_set", "serve", "--signature_def",
-            "serving_default", "--inputs", f"inputs={good}")
-  assert run.returncode == 0, run.stderr[-2000:]
-  assert "Result for output key output" in run.stdout, run.stdout[-2000:]
-  bad = cli("run", "--dir", directory, "--tag_set", "serve", "--signature_def",
-            "serving_default", "--inputs", f"inputs={wrong}")
-  assert bad.returncode > 0  # an error exit, not a signal
-  assert "Cannot feed value of shape (2, 5, 7)" in bad.stderr, bad.stderr[-2000:]
-
-
-def test_export_example_prints_a_working_cli_command(tmp_path):
-  directory = tmp_path / "adding"
+@pytest.fixture(scope="module")
+def adding_export(exported):
+  """The export example run once: `(its process, its export directory)`;
+  the `saved_model_cli run` command it prints is left for `served`."""
+  directory = exported / "adding"
   proc = subprocess.run(
       [sys.executable, "-m", "tpu_examples.export_saved_model",
        f"--export_dir={directory}", "--train_steps=3", "--export_seq_len=8"],
       capture_output=True, text=True, timeout=300, check=False,
       cwd=pathlib.Path(__file__).parent.parent)
-  assert proc.returncode == 0, proc.stderr[-2000:]
   command = [line.strip() for line in proc.stdout.splitlines()
              if line.strip().startswith("saved_model_cli run")]
+  if len(command) == 1:
+    (exported / "adding_command.json").write_text(
+        json.dumps(command[0].split()[1:]))
+  return proc, command
+
+
+@pytest.fixture(scope="module")
+def served(exported, adding_export):
+  """What the one fresh process (`SERVE`) found, by section: `{"ok": True,
+  "value": ...}` or `{"ok": False, "error": traceback}`."""
+  del adding_export  # Its command is read from adding_command.json.
+  np.save(exported / "good.npy", inputs_for(2, 5))
+  np.save(exported / "wrong.npy", np.ones([2, 5, 7], np.float32))
+  out = run_fresh(SERVE, exported)
+  (line,) = [l for l in out.splitlines() if l.startswith("SECTIONS ")]
+  return json.loads(line[len("SECTIONS "):])
+
+
+def section(served, name):
+  assert served[name]["ok"], served[name]["error"]
+  return served[name]["value"]
+
+
+def test_fresh_process_serves_and_fine_tunes(served):
+  rejected = section(served, "serve")
+  assert len(rejected) == 3, rejected
+
+
+def test_saved_model_cli_show_and_run(served):
+  calls = section(served, "cli")
+  show, run, bad = calls["show"], calls["good"], calls["wrong"]
+  assert show["returncode"] == 0, show["stderr"][-2000:]
+  for name in ("serving_default", "initial_state", "step"):
+    assert f"signature_def['{name}']" in show["stdout"]
+  assert run["returncode"] == 0, run["stderr"][-2000:]
+  assert "Result for output key output" in run["stdout"], run["stdout"][-2000:]
+  assert bad["returncode"] > 0  # an error exit, not a crash
+  assert "Cannot feed value of shape (2, 5, 7)" in bad["stderr"], (
+      bad["stderr"][-2000:])
+
+
+def test_export_example_prints_a_working_cli_command(adding_export, served):
+  proc, command = adding_export
+  assert proc.returncode == 0, proc.stderr[-2000:]
   assert len(command) == 1, proc.stdout
-  args = command[0].split()[1:]
-  run = cli(*args)
-  assert run.returncode == 0, run.stderr[-2000:]
-  assert "Result for output key output" in run.stdout
+  run = section(served, "adding")
+  assert run["returncode"] == 0, run["stderr"][-2000:]
+  assert "Result for output key output" in run["stdout"]

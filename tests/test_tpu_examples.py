@@ -137,24 +137,31 @@ def test_tpu_without_a_tpu_fails_in_one_line():
 
 
 def test_killed_job_resumes_without_losing_steps(tmp_path):
+  # The uninterrupted job and the one to kill are independent: side by side.
   whole = run_job("tpu_examples.train_adding", *ADDING, "--steps=12",
                   f"--model_dir={tmp_path / 'whole'}")
-  assert whole.wait(timeout=600) == 0
-  killed = run_job("tpu_examples.train_adding", *ADDING, "--steps=12",
-                   f"--model_dir={tmp_path / 'killed'}")
-  for line in killed.stdout:
-    if line.startswith("saved checkpoint at step 4"):
-      killed.send_signal(signal.SIGKILL)
-      break
-  killed.wait(timeout=600)
-  assert killed.returncode == -signal.SIGKILL
-  saved = tf.train.latest_checkpoint(str(tmp_path / "killed"))
-  resumed_from = int(saved.rsplit("-", 1)[1])
-  assert 4 <= resumed_from < 12
-  again = run_job("tpu_examples.train_adding", *ADDING, "--steps=12",
-                  f"--model_dir={tmp_path / 'killed'}")
-  out = again.communicate(timeout=600)[0]
-  assert again.returncode == 0, out[-3000:]
+  try:
+    killed = run_job("tpu_examples.train_adding", *ADDING, "--steps=12",
+                     f"--model_dir={tmp_path / 'killed'}")
+    for line in killed.stdout:
+      if line.startswith("saved checkpoint at step 4"):
+        killed.send_signal(signal.SIGKILL)
+        break
+    killed.wait(timeout=600)
+    assert killed.returncode == -signal.SIGKILL
+    saved = tf.train.latest_checkpoint(str(tmp_path / "killed"))
+    resumed_from = int(saved.rsplit("-", 1)[1])
+    assert 4 <= resumed_from < 12
+    again = run_job("tpu_examples.train_adding", *ADDING, "--steps=12",
+                    f"--model_dir={tmp_path / 'killed'}")
+    out = again.communicate(timeout=600)[0]
+    assert again.returncode == 0, out[-3000:]
+    whole_out = whole.communicate(timeout=600)[0]
+    assert whole.returncode == 0, whole_out[-3000:]
+  finally:
+    if whole.poll() is None:
+      whole.kill()
+      whole.wait()
   assert f"resumed from step {resumed_from}" in out
   assert f"after 12 steps ({12 - resumed_from} in this run" in out
   want = checkpoint_values(str(tmp_path / "whole"))
