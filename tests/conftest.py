@@ -11,6 +11,12 @@ import sys
 import textwrap
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+  # One worker per core: each runs TensorFlow's ops on one thread, so the
+  # workers' thread pools do not spin against each other (5-6% of the
+  # suite's wall time on 2 cores). The subprocesses tests start inherit it.
+  os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
+  os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -30,16 +36,39 @@ def pytest_addoption(parser):
       "--full", action="store_true", default=False,
       help="Run every option matrix as its whole cartesian product (as "
       "TFR_FULL=1 does) instead of all pairs plus the edges.")
+  parser.addoption(
+      "--benchmarks", action="store_true", default=False,
+      help="Also run the tests marked `benchmarks` (as TFR_BENCHMARKS=1 "
+      "does): the benchmark scripts end to end at tiny sizes, dozens of "
+      "fresh TensorFlow processes. CI runs them.")
 
 
 def pytest_configure(config):
   if config.getoption("--full"):
     os.environ["TFR_FULL"] = "1"  # Read by `pairwise` as test modules load.
+  if config.getoption("--benchmarks"):
+    os.environ["TFR_BENCHMARKS"] = "1"
+
+
+def _enabled(variable):
+  return os.environ.get(variable, "") not in ("", "0")
+
+
+def pytest_collection_modifyitems(config, items):
+  del config  # The switches are read from the environment.
+  if _enabled("TFR_BENCHMARKS"):
+    return
+  skip = pytest.mark.skip(
+      reason="a benchmark script's end-to-end run: --benchmarks or "
+      "TFR_BENCHMARKS=1 runs it (CI does)")
+  for item in items:
+    if item.get_closest_marker("benchmarks"):
+      item.add_marker(skip)
 
 
 def full_matrices():
   """True when the option matrices run whole (`--full` or `TFR_FULL=1`)."""
-  return os.environ.get("TFR_FULL", "") not in ("", "0")
+  return _enabled("TFR_FULL")
 
 
 def pairwise(*axes, edges=(), where=None):

@@ -1,4 +1,9 @@
-"""The benchmark script runs end to end at tiny sizes (no timing asserted)."""
+"""The benchmark scripts run end to end at tiny sizes (no timing asserted).
+
+Each starts fresh TensorFlow processes (a memory figure is one process's
+peak), five minutes of the suite's CPU on 2 cores: they run with
+`--benchmarks` (or `TFR_BENCHMARKS=1`), as CI does.
+"""
 
 import importlib.util
 import json
@@ -11,6 +16,8 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).parent.parent
+
+pytestmark = pytest.mark.benchmarks
 
 
 def test_benchmark_smoke(tmp_path):
