@@ -198,7 +198,7 @@ def adding_export(exported):
       [sys.executable, "-m", "tpu_examples.export_saved_model",
        f"--export_dir={directory}", "--train_steps=3", "--export_seq_len=8"],
       capture_output=True, text=True, timeout=300, check=False,
-      cwd=pathlib.Path(__file__).parent.parent)
+      cwd=pathlib.Path(__file__).parents[2])
   command = [line.strip() for line in proc.stdout.splitlines()
              if line.strip().startswith("saved_model_cli run")]
   if len(command) == 1:
