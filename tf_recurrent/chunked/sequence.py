@@ -76,6 +76,7 @@ from tf_recurrent.chunked import cell as cell_lib
 from tf_recurrent.chunked import fused_lstm
 from tf_recurrent.chunked import kinds
 from tf_recurrent.op import accumulators
+from tf_recurrent.op import first_order
 from tf_recurrent.op import masks
 from tf_recurrent.op import structs
 from tf_recurrent.op import tracing
@@ -415,6 +416,10 @@ def _backward(spec, recompute, use_xla, x, weights, outputs, kept, entries,
           cell.external_grads(dict(zip(grad_names, grads))))
 
 
+SECOND_ORDER_REMEDY = ("For a second order use the Keras layer "
+                       "(keras.layers.LSTM, ...): autodiff's gradient.")
+
+
 def _filled_with_zeros(gradient) -> bool:
   """Whether `gradient` is zeros TensorFlow made for an output nothing read:
   a graph's `ZerosLike` (`tf.gradients`), or a tape's zeros, a `Fill` of 0
@@ -654,8 +659,12 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
                    else tf.cast(d_outputs, x.dtype))
       d_final = [tf.zeros_like(s) if d is None else tf.cast(d, s.dtype)
                  for s, d in zip(final, d_final)]
-      dx, dstate0, dw = backward_fn(x, w, outputs, kept, entries, d_outputs,
-                                    d_final, chunk, mask, dropout, zoneout)
+      dx, dstate0, dw = first_order.first_order_only(
+          lambda *args: backward_fn(*args, chunk, mask, dropout, zoneout),
+          x, w, outputs, kept, entries, d_outputs, d_final,
+          what="The built-in cells' chunked loop (LSTM, GRU, SimpleRNN and "
+          "their peephole, projected, zoneout, layer-norm, convolutional "
+          "variants)", remedy=SECOND_ORDER_REMEDY)
       return [dx] + dstate0 + [dw[k] for k in names]
 
     return [outputs] + final, grad_fn
