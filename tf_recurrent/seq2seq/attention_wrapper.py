@@ -101,7 +101,7 @@ def _default_cell_input_fn(inputs, attention):
 
 
 def _check_cell(cell):
-  if not (hasattr(cell, "state_size") and callable(cell)):
+  if not ("state_size" in dir(cell) and callable(cell)):
     raise TypeError("The argument 'cell' must be an RNN cell (a layer with "
                     f"state_size and call(inputs, states)); got {cell!r}.")
 

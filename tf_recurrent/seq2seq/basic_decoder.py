@@ -49,7 +49,7 @@ class BasicDecoder(decoder.BaseDecoder):
 
   def __init__(self, cell: keras.layers.Layer, sampler: sampler_py.Sampler,
                output_layer: Optional[keras.layers.Layer] = None, **kwargs):
-    if not (hasattr(cell, "state_size") and callable(cell)):
+    if not ("state_size" in dir(cell) and callable(cell)):
       raise TypeError("The argument 'cell' must be an RNN cell (a layer with "
                       f"state_size and call(inputs, states)); got {cell!r}.")
     if not isinstance(sampler, sampler_py.Sampler):
