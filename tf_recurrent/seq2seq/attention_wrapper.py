@@ -295,6 +295,7 @@ class AttentionWrapper(keras.layers.Layer):
     if not self._cell.built:
       self._cell.build(tuple([input_shape[0]] + cell_inputs.shape[1:].as_list()))
     out = self._cell_output_size()
+    self._check_query_depth(out)
     for i, mechanism in enumerate(self._attention_mechanisms):
       mechanism.build([tf.TensorShape([input_shape[0], out]),
                        tf.TensorShape([input_shape[0],
@@ -303,6 +304,17 @@ class AttentionWrapper(keras.layers.Layer):
         layer = self._attention_layers[i]
         if not layer.built:
           layer.build((input_shape[0], out + mechanism.values.shape[-1]))
+
+  def _check_query_depth(self, depth):
+    """A mechanism without a query layer scores the cell's output against
+    its keys directly: their depths must agree (say so before any loop)."""
+    for mechanism in self._attention_mechanisms:
+      keys = mechanism.keys.shape[-1]
+      if mechanism.query_layer is None and depth is not None and keys != depth:
+        raise ValueError(
+            f"attention_mechanism {mechanism.name} has keys of depth {keys} "
+            f"(its units) but the cell's output, its query, has depth "
+            f"{depth}: set the mechanism's units to {depth}.")
 
   # The state.
 
