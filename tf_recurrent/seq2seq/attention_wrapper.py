@@ -268,10 +268,34 @@ class AttentionWrapper(keras.layers.Layer):
       return self._get_attention_layer_size()
     return self._cell_output_size()
 
+  def _attention_size_without_memory(self):
+    """The attention's depth when the memory is not set up yet: known from
+    the attention layers' units, else None."""
+    if self._attention_layers is None:
+      return None
+    try:
+      return sum(layer.compute_output_shape([None, None])[-1]
+                 for layer in self._attention_layers)
+    except Exception:  # pylint: disable=broad-except
+      return None
+
   @property
   def state_size(self) -> AttentionWrapperState:
-    """The sizes in `AttentionWrapperState`'s structure."""
+    """The sizes in `AttentionWrapperState`'s structure.
+
+    Before the memory is set up (a `tf_recurrent.RNN` or `keras.layers.RNN`
+    built before the encoder has run), the sizes that depend on the memory
+    are None.
+    """
     mechanisms = self._attention_mechanisms
+    if not all(m.memory_initialized for m in mechanisms):
+      unknown = self._item_or_tuple(None for _ in mechanisms)
+      return AttentionWrapperState(
+          cell_state=self._cell.state_size,
+          attention=self._attention_size_without_memory(),
+          alignments=unknown, attention_state=unknown,
+          alignment_history=(unknown if self._alignment_history else
+                             self._item_or_tuple(() for _ in mechanisms)))
     return AttentionWrapperState(
         cell_state=self._cell.state_size,
         attention=self._get_attention_layer_size(),
