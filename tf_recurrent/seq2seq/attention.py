@@ -489,6 +489,19 @@ class LuongAttention(AttentionMechanism):
 class _BahdanauWeights:
   """Bahdanau's v (and, normalized, g and b) weights."""
 
+  def _bahdanau_init(self, units, normalize, kernel_initializer, dtype,
+                     kwargs):
+    """Sets the arguments; returns the (given or new) query and memory
+    layers, popped from `kwargs`."""
+    self.units = units
+    self.normalize = normalize
+    self.kernel_initializer = keras.initializers.get(kernel_initializer)
+    self.attention_v = self.attention_g = self.attention_b = None
+    return (kwargs.pop("query_layer", None) or _dense(units, "query_layer",
+                                                      dtype),
+            kwargs.pop("memory_layer", None) or _dense(units, "memory_layer",
+                                                       dtype))
+
   def _build_bahdanau(self):
     if self.attention_v is None:
       self.attention_v = self.add_weight(
@@ -546,14 +559,8 @@ class BahdanauAttention(_BahdanauWeights, AttentionMechanism):
                kernel_initializer: Any = "glorot_uniform", dtype: Any = None,
                name: str = "BahdanauAttention", **kwargs):
     self.probability_fn_name = probability_fn
-    query_layer = kwargs.pop("query_layer", None) or _dense(
-        units, "query_layer", dtype)
-    memory_layer = kwargs.pop("memory_layer", None) or _dense(
-        units, "memory_layer", dtype)
-    self.units = units
-    self.normalize = normalize
-    self.kernel_initializer = keras.initializers.get(kernel_initializer)
-    self.attention_v = self.attention_g = self.attention_b = None
+    query_layer, memory_layer = self._bahdanau_init(
+        units, normalize, kernel_initializer, dtype, kwargs)
     super().__init__(memory=memory,
                      memory_sequence_length=memory_sequence_length,
                      query_layer=query_layer, memory_layer=memory_layer,
@@ -643,14 +650,8 @@ class BahdanauMonotonicAttention(_BahdanauWeights,
                name: str = "BahdanauMonotonicAttention", **kwargs):
     probability_fn = self._monotonic_init(sigmoid_noise, sigmoid_noise_seed,
                                           score_bias_init, mode)
-    query_layer = kwargs.pop("query_layer", None) or _dense(
-        units, "query_layer", dtype)
-    memory_layer = kwargs.pop("memory_layer", None) or _dense(
-        units, "memory_layer", dtype)
-    self.units = units
-    self.normalize = normalize
-    self.kernel_initializer = keras.initializers.get(kernel_initializer)
-    self.attention_v = self.attention_g = self.attention_b = None
+    query_layer, memory_layer = self._bahdanau_init(
+        units, normalize, kernel_initializer, dtype, kwargs)
     super().__init__(memory=memory,
                      memory_sequence_length=memory_sequence_length,
                      query_layer=query_layer, memory_layer=memory_layer,

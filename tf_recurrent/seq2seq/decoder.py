@@ -31,19 +31,8 @@ def _prepend_batch(batch_size, shape):
   return [static] + list(shape)
 
 
-class Decoder(metaclass=abc.ABCMeta):
-  """An RNN decoder's interface for `dynamic_decode` (TF1-style objects).
-
-  Subclasses define `batch_size`, `output_size`, `output_dtype`,
-  `initialize()`, `step(time, inputs, state, training)` and optionally
-  `finalize` and `tracks_own_finished`. `BaseDecoder` is the Keras layer
-  form.
-
-  Example:
-
-  >>> issubclass(Decoder, abc.ABC) or Decoder.__abstractmethods__ != set()
-  True
-  """
+class _DecoderInterface:
+  """What `dynamic_decode` reads of a decoder besides its steps."""
 
   @property
   def batch_size(self):
@@ -57,6 +46,38 @@ class Decoder(metaclass=abc.ABCMeta):
   def output_dtype(self):
     raise NotImplementedError
 
+  def finalize(self, outputs, final_state, sequence_lengths):
+    raise NotImplementedError
+
+  @property
+  def tracks_own_finished(self):
+    return False
+
+
+class Decoder(_DecoderInterface, metaclass=abc.ABCMeta):
+  """An RNN decoder's interface for `dynamic_decode` (TF1-style objects).
+
+  Subclasses define `batch_size`, `output_size`, `output_dtype`,
+  `initialize()`, `step(time, inputs, state, training)` and optionally
+  `finalize` and `tracks_own_finished`. `BaseDecoder` is the Keras layer
+  form.
+
+  Example:
+
+  >>> class Counter(Decoder):  # Emits 0, 1, 2, ... and stops after 3.
+  ...   batch_size = 2
+  ...   output_size = tf.TensorShape([])
+  ...   output_dtype = tf.int32
+  ...   def initialize(self, name=None):
+  ...     return tf.zeros([2], tf.bool), tf.zeros([2], tf.int32), ()
+  ...   def step(self, time, inputs, state, training=None, name=None):
+  ...     return inputs, state, inputs + 1, tf.fill([2], time >= 2)
+  >>> outputs, _, lengths = dynamic_decode(Counter())
+  >>> outputs.numpy()[0], lengths.numpy()
+  (array([0, 1, 2], dtype=int32), array([3, 3], dtype=int32))
+  """
+
+
   @abc.abstractmethod
   def initialize(self, name=None):
     """Returns `(finished, initial_inputs, initial_state)`."""
@@ -67,15 +88,9 @@ class Decoder(metaclass=abc.ABCMeta):
     """Returns `(outputs, next_state, next_inputs, finished)`."""
     raise NotImplementedError
 
-  def finalize(self, outputs, final_state, sequence_lengths):
-    raise NotImplementedError
-
-  @property
-  def tracks_own_finished(self):
-    return False
 
 
-class BaseDecoder(keras.layers.Layer):
+class BaseDecoder(_DecoderInterface, keras.layers.Layer):
   """A decoder as a Keras layer: calling it runs `dynamic_decode`.
 
   Args:
@@ -122,17 +137,6 @@ class BaseDecoder(keras.layers.Layer):
         swap_memory=self.swap_memory, training=training,
         decoder_init_input=inputs, decoder_init_kwargs=init_kwargs)
 
-  @property
-  def batch_size(self):
-    raise NotImplementedError
-
-  @property
-  def output_size(self):
-    raise NotImplementedError
-
-  @property
-  def output_dtype(self):
-    raise NotImplementedError
 
   def initialize(self, inputs, initial_state=None, **kwargs):
     """Returns `(finished, initial_inputs, initial_state)`."""
@@ -142,12 +146,6 @@ class BaseDecoder(keras.layers.Layer):
     """Returns `(outputs, next_state, next_inputs, finished)`."""
     raise NotImplementedError
 
-  def finalize(self, outputs, final_state, sequence_lengths):
-    raise NotImplementedError
-
-  @property
-  def tracks_own_finished(self):
-    return False
 
 
 def _in_xla() -> bool:

@@ -56,6 +56,7 @@ class Sampler(metaclass=abc.ABCMeta):
 
 
 class _BatchSized(Sampler):
+  """A sampler whose batch size is known once initialized."""
   _batch_size = None
 
   @property
@@ -63,6 +64,18 @@ class _BatchSized(Sampler):
     if self._batch_size is None:
       raise ValueError("batch_size accessed before initialize was called")
     return self._batch_size
+
+
+class _IdSampler(_BatchSized):
+  """A sampler of one int32 id per example."""
+
+  @property
+  def sample_ids_shape(self):
+    return tf.TensorShape([])
+
+  @property
+  def sample_ids_dtype(self):
+    return tf.int32
 
 
 class CustomSampler(_BatchSized):
@@ -132,7 +145,7 @@ def _check_sequence_is_right_padded(mask, time_major):
                              ["The input sequence should be right padded."])
 
 
-class TrainingSampler(_BatchSized):
+class TrainingSampler(_IdSampler):
   """Teacher forcing: each step's input is the given one.
 
   `initialize(inputs, sequence_length=None, mask=None)` takes the
@@ -154,14 +167,6 @@ class TrainingSampler(_BatchSized):
   def __init__(self, time_major: bool = False):
     self.time_major = time_major
     self._batch_size = None
-
-  @property
-  def sample_ids_shape(self):
-    return tf.TensorShape([])
-
-  @property
-  def sample_ids_dtype(self):
-    return tf.int32
 
   def initialize(self, inputs, sequence_length=None, mask=None):
     self.inputs = tf.convert_to_tensor(inputs, name="inputs")
@@ -393,7 +398,7 @@ class ScheduledOutputTrainingSampler(TrainingSampler):
     return finished, next_inputs, state
 
 
-class GreedyEmbeddingSampler(_BatchSized):
+class GreedyEmbeddingSampler(_IdSampler):
   """Greedy decoding: the next input is the embedding of the argmax id.
 
   `initialize(embedding, start_tokens, end_token)`; a sequence finishes
@@ -413,14 +418,6 @@ class GreedyEmbeddingSampler(_BatchSized):
   def __init__(self, embedding_fn: Optional[Callable] = None):
     self.embedding_fn = embedding_fn
     self._batch_size = None
-
-  @property
-  def sample_ids_shape(self):
-    return tf.TensorShape([])
-
-  @property
-  def sample_ids_dtype(self):
-    return tf.int32
 
   def initialize(self, embedding, start_tokens=None, end_token=None):
     if self.embedding_fn is None:
