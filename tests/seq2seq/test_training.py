@@ -179,3 +179,48 @@ def test_batch_mismatch_with_memory():
   cell = seq2seq.AttentionWrapper(keras.layers.LSTMCell(3), mechanism)
   with pytest.raises(ValueError, match="Non-matching batch sizes"):
     cell.get_initial_state(batch_size=4, dtype=tf.float32)
+
+
+@pytest.mark.parametrize("layer", [tf_recurrent.RNN, keras.layers.RNN])
+def test_alignment_history_in_a_recurrent_layer(layer):
+  mechanism = seq2seq.LuongAttention(3, memory=tf.ones([2, 5, 3]))
+  cell = seq2seq.AttentionWrapper(keras.layers.LSTMCell(3), mechanism,
+                                  alignment_history=True)
+  with pytest.raises(ValueError, match="alignment_history=True keeps a "
+                     "TensorArray"):
+    layer(cell)(tf.ones([2, 4, 2]))
+
+
+def test_several_mechanisms_and_options():
+  # Two mechanisms, the cell's output as the output, a custom cell input
+  # and initial cell state: tf_recurrent.RNN computes what Keras's RNN
+  # does, and dynamic_decode keeps both alignment histories.
+  memory = tf.random.stateless_normal([2, 5, 3], seed=[1, 2])
+  mechanisms = [seq2seq.LuongAttention(4, memory, memory_sequence_length=[5, 2]),
+                seq2seq.BahdanauMonotonicAttention(3, memory)]
+  initial_cell_state = [tf.ones([2, 4]), tf.zeros([2, 4])]
+
+  def wrap(**kwargs):
+    return seq2seq.AttentionWrapper(
+        keras.layers.LSTMCell(4), mechanisms, attention_layer_size=[2, 3],
+        cell_input_fn=lambda inputs, attention: inputs * 2.0,
+        initial_cell_state=initial_cell_state, **kwargs)
+
+  cell = wrap(output_attention=False)
+  assert cell.output_size == 4
+  assert cell.state_size.alignments == (5, 5)
+  x = tf.random.stateless_normal([2, 6, 4], seed=[3, 4])
+  want = keras.layers.RNN(cell, return_sequences=True)(x)
+  got = tf_recurrent.RNN(cell, return_sequences=True)(x)
+  assert got.shape == (2, 6, 4)
+  assert_all_close(got, want, tol=1e-6)
+
+  cell = wrap(alignment_history=True)
+  basic = seq2seq.BasicDecoder(cell, seq2seq.TrainingSampler())
+  outputs, state, _ = basic(
+      x, initial_state=cell.get_initial_state(batch_size=2, dtype=tf.float32))
+  assert outputs.rnn_output.shape == (2, 6, 5)  # The two attentions.
+  assert [h.stack().shape for h in state.alignment_history] == [(6, 2, 5)] * 2
+  np.testing.assert_allclose(tf.reduce_sum(state.alignments[0], -1), [1, 1],
+                             rtol=1e-6)
+  np.testing.assert_array_equal(state.alignments[0][1, 2:], [0, 0, 0])

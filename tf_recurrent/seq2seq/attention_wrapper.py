@@ -373,6 +373,15 @@ class AttentionWrapper(keras.layers.Layer):
       inputs = tf.convert_to_tensor(inputs)
       batch_size = tf.shape(inputs)[0]
       dtype = inputs.dtype
+    if self._alignment_history and dtype is None:
+      # Keras 3's RNN asks for `get_initial_state(batch_size=...)` alone;
+      # Addons' TensorArray needs a dtype, and no recurrent layer carries
+      # a TensorArray in its state.
+      raise ValueError(
+          "alignment_history=True keeps a TensorArray in the state, which "
+          "only dynamic_decode/BasicDecoder carry (call get_initial_state "
+          "with a dtype there); a recurrent layer (keras.layers.RNN, "
+          "tf_recurrent.RNN) cannot: return the alignments as outputs instead.")
     dtype = tf.as_dtype(dtype or self.compute_dtype)
     with tf.name_scope(type(self).__name__ + "ZeroState"):
       if self._initial_cell_state is not None:
