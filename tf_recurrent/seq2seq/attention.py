@@ -213,6 +213,20 @@ class AttentionMechanism(keras.layers.Layer):
       are the memory).
     memory_sequence_length: Optional `[batch]` lengths of the memory.
     **kwargs: Keras layer arguments (`name`, `dtype`).
+
+  Example (a mechanism built first, its memory set up later, as in a
+  model's call):
+
+  >>> mechanism = LuongAttention(3)
+  >>> isinstance(mechanism, AttentionMechanism), mechanism.memory_initialized
+  (True, False)
+  >>> values = mechanism(tf.ones([2, 4, 3]), setup_memory=True,
+  ...                    mask=tf.sequence_mask([4, 1], 4))
+  >>> values.numpy()[1, :, 0]
+  array([1., 0., 0., 0.], dtype=float32)
+  >>> alignments, _ = mechanism([tf.ones([2, 3]), None])
+  >>> alignments.numpy()[1]
+  array([1., 0., 0., 0.], dtype=float32)
   """
 
   def __init__(self, memory: Any, probability_fn: Callable,
