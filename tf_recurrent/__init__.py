@@ -17,6 +17,7 @@ TensorShape([5, 2, 4])
 from tf_recurrent import cells  # pylint: disable=unused-import  # tf_recurrent.cells
 from tf_recurrent import contrib
 from tf_recurrent import lingvo
+from tf_recurrent import seq2seq
 from tf_recurrent import serving  # pylint: disable=unused-import  # tf_recurrent.serving
 from tf_recurrent import tflite
 from tf_recurrent.compat.dynamic import bidirectional_dynamic_rnn
@@ -55,5 +56,5 @@ __all__ = ["recurrent", "Recurrent", "bidirectional", "step_seed", "RNN", "LSTM"
            "ZoneoutLSTM", "ZoneoutLSTMCell", "ZoneoutGRU", "ZoneoutGRUCell",
            "StreamingModule", "export_saved_model",
            "lingvo", "contrib", "dynamic_rnn", "bidirectional_dynamic_rnn",
-           "raw_rnn", "tflite"]
+           "raw_rnn", "tflite", "seq2seq"]
 __version__ = "0.1.0"

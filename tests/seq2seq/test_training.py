@@ -1,0 +1,226 @@
+"""Teacher-forced training of an AttentionWrapper on the op, and bad input.
+
+A BahdanauAttention AttentionWrapper(LSTMCell) decoder in
+`tf_recurrent.RNN` (the engine's generic path: the wrapper's call on
+`tf_recurrent.recurrent`, each step recomputed in the backward pass) against
+a static Python unroll of the same wrapper differentiated by
+tf.GradientTape, float64, in every mode; the same cell in
+`keras.layers.RNN`; and the errors naming the argument at fault.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import MODES, assert_all_close, values_and_grads
+import tf_recurrent
+from tf_recurrent import seq2seq
+
+BATCH, DECODER_STEPS, INPUT_DEPTH = 3, 4, 3
+MEMORY_STEPS, MEMORY_DEPTH = 5, 4
+MEMORY_LENGTHS = [5, 3, 2]
+
+
+class Decoder:
+  """The shared model: its mechanism, wrapper, layer and fixed data."""
+
+  def __init__(self):
+    rng = np.random.default_rng(7)
+    f64 = tf.float64
+    self.memory = tf.constant(
+        rng.normal(size=[BATCH, MEMORY_STEPS, MEMORY_DEPTH]), f64)
+    self.x = tf.constant(rng.normal(size=[BATCH, DECODER_STEPS, INPUT_DEPTH]),
+                         f64)
+    self.weights = tf.constant(rng.normal(size=[BATCH, DECODER_STEPS, 5]), f64)
+    self.mechanism = seq2seq.BahdanauAttention(
+        6, memory=self.memory, memory_sequence_length=MEMORY_LENGTHS,
+        normalize=True, dtype="float64")
+    self.cell = seq2seq.AttentionWrapper(
+        keras.layers.LSTMCell(7, dtype="float64"), self.mechanism,
+        attention_layer_size=5, dtype="float64")
+    self.layer = tf_recurrent.RNN(self.cell, return_sequences=True,
+                                  dtype="float64")
+    self.layer(self.x)  # Builds every weight, outside any trace.
+    self.variables = self.layer.trainable_variables
+
+  def setup(self, memory):
+    self.mechanism.setup_memory(memory, memory_sequence_length=MEMORY_LENGTHS)
+
+  def loss(self, outputs):
+    return tf.reduce_sum(outputs * self.weights)
+
+  def on_the_op(self, watch):
+    memory, x = tf.identity(self.memory), tf.identity(self.x)
+    watch([memory, x])
+    self.setup(memory)
+    outputs = self.layer(x)
+    return outputs, self.loss(outputs), self.variables + [memory, x]
+
+  def unrolled(self, watch):
+    memory, x = tf.identity(self.memory), tf.identity(self.x)
+    watch([memory, x])
+    self.setup(memory)
+    state = self.cell.get_initial_state(batch_size=BATCH, dtype=tf.float64)
+    outputs = []
+    for t in range(DECODER_STEPS):
+      output, state = self.cell(x[:, t], state)
+      outputs.append(output)
+    outputs = tf.stack(outputs, 1)
+    return outputs, self.loss(outputs), self.variables + [memory, x]
+
+
+@pytest.fixture(scope="module")
+def decoder():
+  return Decoder()
+
+
+@pytest.fixture(scope="module")
+def reference(decoder):
+  return values_and_grads("eager", decoder.unrolled)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_rnn_matches_unrolled_wrapper(decoder, reference, mode):
+  got = values_and_grads(mode, decoder.on_the_op)
+  assert len(got[1]) == len(decoder.variables) + 2
+  # The memory (an encoder's output) and every weight get gradients.
+  assert all(float(tf.reduce_max(tf.abs(g))) > 0 for g in got[1])
+  assert_all_close(got, reference, tol=1e-10)
+
+
+def test_runs_on_the_op_recomputing_steps(decoder, monkeypatch):
+  # The engine's generic path: the op, whose default gradient keeps only
+  # the state per step and recomputes each step (the attention included).
+  from tf_recurrent.engine import generic  # pylint: disable=g-import-not-at-top
+  from tf_recurrent.op import op  # pylint: disable=g-import-not-at-top
+  calls = []
+  recurrent = op.recurrent
+
+  def recording(*args, **kwargs):
+    calls.append(kwargs)
+    return recurrent(*args, **kwargs)
+
+  monkeypatch.setattr(op, "recurrent", recording)
+  decoder.setup(decoder.memory)
+  decoder.layer(decoder.x)
+  assert len(calls) == 1
+  assert generic.op.recurrent is recording
+  assert "cell_grad" not in calls[0]  # The default: recompute each step.
+
+
+def test_keras_rnn_and_masks(decoder):
+  # The same cell in Keras's own RNN computes the same; a Keras mask on
+  # the decoder's inputs carries the state through masked steps in both.
+  decoder.setup(decoder.memory)
+  keras_layer = keras.layers.RNN(decoder.cell, return_sequences=True,
+                                 return_state=True, dtype="float64")
+  ours = tf_recurrent.RNN(decoder.cell, return_sequences=True,
+                          return_state=True, dtype="float64")
+  mask = tf.sequence_mask([4, 2, 1], DECODER_STEPS)
+  want = keras_layer(decoder.x, mask=mask)
+  got = ours(decoder.x, mask=mask)
+  assert len(got) == 1 + len(tf.nest.flatten(decoder.cell.state_size))
+  assert_all_close(got, want, tol=1e-10)
+  initial = decoder.cell.get_initial_state(batch_size=BATCH)
+  assert isinstance(initial, seq2seq.AttentionWrapperState)
+  assert_all_close(ours(decoder.x, initial_state=initial)[0],
+                   decoder.layer(decoder.x), tol=1e-10)
+
+
+def test_greedy_inference_decodes(decoder):
+  # Inference: dynamic_decode's tf.while_loop feeding back argmax ids.
+  decoder.setup(decoder.memory)
+  vocab = 5  # The attention layer's size: its outputs are the logits.
+  embeddings = tf.constant(np.eye(vocab, INPUT_DEPTH), tf.float64)
+  basic = seq2seq.BasicDecoder(decoder.cell, seq2seq.GreedyEmbeddingSampler(),
+                               maximum_iterations=6)
+  outputs, state, lengths = basic(
+      embeddings, initial_state=decoder.cell.get_initial_state(
+          batch_size=BATCH, dtype=tf.float64),
+      start_tokens=[0] * BATCH, end_token=vocab + 1)
+  assert outputs.rnn_output.shape == (BATCH, 6, vocab)
+  np.testing.assert_array_equal(outputs.sample_id,
+                                np.argmax(outputs.rnn_output, -1))
+  np.testing.assert_array_equal(lengths, [6] * BATCH)
+  assert isinstance(state, seq2seq.AttentionWrapperState)
+
+
+# Bad input: a clear error naming the argument.
+
+
+def test_memory_without_batch_dimension():
+  with pytest.raises(ValueError, match=r"memory must be a \[batch_size"):
+    seq2seq.BahdanauAttention(4, memory=tf.ones([5, 3]))
+
+
+def test_mismatched_memory_sequence_length():
+  with pytest.raises(ValueError, match="memory_sequence_length has 3 entries"):
+    seq2seq.LuongAttention(3, memory=tf.ones([2, 5, 3]),
+                           memory_sequence_length=[5, 5, 5])
+  with pytest.raises(ValueError, match="memory_sequence_length must be"):
+    seq2seq.LuongAttention(3, memory=tf.ones([2, 5, 3]),
+                           memory_sequence_length=[[5, 5]])
+
+
+def test_attention_depth_mismatch():
+  mechanism = seq2seq.LuongAttention(4, memory=tf.ones([2, 5, 3]))
+  cell = seq2seq.AttentionWrapper(keras.layers.LSTMCell(3), mechanism)
+  with pytest.raises(ValueError, match="keys of depth 4 .* has depth 3"):
+    tf_recurrent.RNN(cell)(tf.ones([2, 4, 2]))
+  bahdanau = seq2seq.BahdanauAttention(
+      4, memory=tf.ones([2, 5, 3]), query_layer=keras.layers.Dense(2))
+  with pytest.raises(ValueError, match="query_layer and the memory_layer"):
+    bahdanau([tf.ones([2, 3]), None])
+
+
+def test_batch_mismatch_with_memory():
+  mechanism = seq2seq.LuongAttention(3, memory=tf.ones([2, 5, 3]))
+  cell = seq2seq.AttentionWrapper(keras.layers.LSTMCell(3), mechanism)
+  with pytest.raises(ValueError, match="Non-matching batch sizes"):
+    cell.get_initial_state(batch_size=4, dtype=tf.float32)
+
+
+@pytest.mark.parametrize("layer", [tf_recurrent.RNN, keras.layers.RNN])
+def test_alignment_history_in_a_recurrent_layer(layer):
+  mechanism = seq2seq.LuongAttention(3, memory=tf.ones([2, 5, 3]))
+  cell = seq2seq.AttentionWrapper(keras.layers.LSTMCell(3), mechanism,
+                                  alignment_history=True)
+  with pytest.raises(ValueError, match="alignment_history=True keeps a "
+                     "TensorArray"):
+    layer(cell)(tf.ones([2, 4, 2]))
+
+
+def test_several_mechanisms_and_options():
+  # Two mechanisms, the cell's output as the output, a custom cell input
+  # and initial cell state: tf_recurrent.RNN computes what Keras's RNN
+  # does, and dynamic_decode keeps both alignment histories.
+  memory = tf.random.stateless_normal([2, 5, 3], seed=[1, 2])
+  mechanisms = [seq2seq.LuongAttention(4, memory, memory_sequence_length=[5, 2]),
+                seq2seq.BahdanauMonotonicAttention(3, memory)]
+  initial_cell_state = [tf.ones([2, 4]), tf.zeros([2, 4])]
+
+  def wrap(**kwargs):
+    return seq2seq.AttentionWrapper(
+        keras.layers.LSTMCell(4), mechanisms, attention_layer_size=[2, 3],
+        cell_input_fn=lambda inputs, attention: inputs * 2.0,
+        initial_cell_state=initial_cell_state, **kwargs)
+
+  cell = wrap(output_attention=False)
+  assert cell.output_size == 4
+  assert cell.state_size.alignments == (5, 5)
+  x = tf.random.stateless_normal([2, 6, 4], seed=[3, 4])
+  want = keras.layers.RNN(cell, return_sequences=True)(x)
+  got = tf_recurrent.RNN(cell, return_sequences=True)(x)
+  assert got.shape == (2, 6, 4)
+  assert_all_close(got, want, tol=1e-6)
+
+  cell = wrap(alignment_history=True)
+  basic = seq2seq.BasicDecoder(cell, seq2seq.TrainingSampler())
+  outputs, state, _ = basic(
+      x, initial_state=cell.get_initial_state(batch_size=2, dtype=tf.float32))
+  assert outputs.rnn_output.shape == (2, 6, 5)  # The two attentions.
+  assert [h.stack().shape for h in state.alignment_history] == [(6, 2, 5)] * 2
+  np.testing.assert_allclose(tf.reduce_sum(state.alignments[0], -1), [1, 1],
+                             rtol=1e-6)
+  np.testing.assert_array_equal(state.alignments[0][1, 2:], [0, 0, 0])
