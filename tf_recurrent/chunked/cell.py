@@ -13,6 +13,14 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+# For `first_order.first_order_only`: the built-in cells' loops (chunked and
+# fused) and what to use for a second-order gradient.
+SECOND_ORDER_WHAT = (
+    "The built-in cells' loop (LSTM, GRU, SimpleRNN and their peephole, "
+    "projected, zoneout, layer-norm and convolutional variants)")
+SECOND_ORDER_REMEDY = ("For a second order use the Keras layer "
+                       "(keras.layers.LSTM, ...): autodiff's gradient.")
+
 Tensor = tf.Tensor
 
 

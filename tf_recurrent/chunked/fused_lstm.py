@@ -24,6 +24,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+from tf_recurrent.chunked import cell as cell_lib
+from tf_recurrent.op import first_order
+
 Tensor = tf.Tensor
 
 # The largest H run on the kernel pair (benchmarks/SHAPES.md).
@@ -73,23 +76,37 @@ def run(x: Tensor, state0: Sequence[Tensor],
                  "use_peephole": False}
     i, cs, f, o, ci, co, h = tf.raw_ops.BlockLSTMV2(
         cell_clip=0.0, **inputs, **peepholes)
+    # What the gradient kernel reads of the forward kernel, behind an
+    # identity TensorFlow does not differentiate past (see first_order).
+    saved = first_order.saved_for_backward([i, cs, f, o, ci, co, h])
 
     def grad(d_outputs, dh_final, dc_final):
-      def at_last_step(d):
-        """`[T, B, H]`: zeros, and `d` (None: zeros) at the last step."""
-        if d is None:
-          return tf.zeros_like(h)
-        return tf.concat([tf.zeros_like(h[:-1]), d[None]], axis=0)
+      def backward(inputs, saved, d_outputs, dh_final, dc_final):
+        i, cs, f, o, ci, co, h = saved
 
-      h_grad = at_last_step(dh_final)
-      if d_outputs is not None:
-        h_grad += d_outputs
-      dx, dc0, dh0, dw, _, _, _, db = tf.raw_ops.BlockLSTMGradV2(
-          i=i, cs=cs, f=f, o=o, ci=ci, co=co, h=h,
-          cs_grad=at_last_step(dc_final), h_grad=h_grad, **inputs,
-          **peepholes)
-      inputs_width = tf.shape(kernel)[0]
-      return (dx, dh0, dc0, dw[:inputs_width], dw[inputs_width:], db)
+        def at_last_step(d):
+          """`[T, B, H]`: zeros, and `d` (None: zeros) at the last step."""
+          if d is None:
+            return tf.zeros_like(h)
+          return tf.concat([tf.zeros_like(h[:-1]), d[None]], axis=0)
+
+        h_grad = at_last_step(dh_final)
+        if d_outputs is not None:
+          h_grad += d_outputs
+        dx, dc0, dh0, dw, _, _, _, db = tf.raw_ops.BlockLSTMGradV2(
+            i=i, cs=cs, f=f, o=o, ci=ci, co=co, h=h,
+            cs_grad=at_last_step(dc_final), h_grad=h_grad, **inputs,
+            **peepholes)
+        inputs_width = tf.shape(kernel)[0]
+        return (dx, dh0, dc0, dw[:inputs_width], dw[inputs_width:], db)
+
+      # BlockLSTMGradV2 has no gradient: a second order fails when run.
+      return first_order.first_order_only(
+          backward, [inputs, saved, d_outputs, dh_final, dc_final],
+          watch=[x, h0, c0, kernel, recurrent_kernel, bias, d_outputs,
+                 dh_final, dc_final],
+          what=cell_lib.SECOND_ORDER_WHAT,
+          remedy=cell_lib.SECOND_ORDER_REMEDY)
 
     return (h, h[-1], cs[-1]), grad
 

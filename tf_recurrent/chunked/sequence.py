@@ -416,10 +416,6 @@ def _backward(spec, recompute, use_xla, x, weights, outputs, kept, entries,
           cell.external_grads(dict(zip(grad_names, grads))))
 
 
-SECOND_ORDER_REMEDY = ("For a second order use the Keras layer "
-                       "(keras.layers.LSTM, ...): autodiff's gradient.")
-
-
 def _filled_with_zeros(gradient) -> bool:
   """Whether `gradient` is zeros TensorFlow made for an output nothing read:
   a graph's `ZerosLike` (`tf.gradients`), or a tape's zeros, a `Fill` of 0
@@ -652,6 +648,9 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
     outputs, final, kept, entries = forward_fn(cut(x), cut(state), cut(w),
                                                chunk, mask, dropout,
                                                zoneout)
+    # What the backward pass reads of the forward pass, behind an identity
+    # TensorFlow does not differentiate past (see first_order).
+    saved = first_order.saved_for_backward([outputs, kept, entries])
 
     def grad_fn(d_outputs, *d_final):
       # None: the backward pass adds no output gradient (`_backward`).
@@ -661,10 +660,10 @@ def run(kind: str, x: Tensor, state0: Sequence[Tensor],
                  for s, d in zip(final, d_final)]
       dx, dstate0, dw = first_order.first_order_only(
           lambda *args: backward_fn(*args, chunk, mask, dropout, zoneout),
-          x, w, outputs, kept, entries, d_outputs, d_final,
-          what="The built-in cells' chunked loop (LSTM, GRU, SimpleRNN and "
-          "their peephole, projected, zoneout, layer-norm, convolutional "
-          "variants)", remedy=SECOND_ORDER_REMEDY)
+          [x, w, *saved, d_outputs, d_final],
+          watch=[x, state, w, d_outputs, d_final],
+          what=cell_lib.SECOND_ORDER_WHAT,
+          remedy=cell_lib.SECOND_ORDER_REMEDY)
       return [dx] + dstate0 + [dw[k] for k in names]
 
     return [outputs] + final, grad_fn

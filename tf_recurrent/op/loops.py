@@ -26,6 +26,7 @@ from typing import Any, Callable, List, Optional, Tuple, Union
 import tensorflow as tf
 
 from tf_recurrent.op import accumulators
+from tf_recurrent.op import first_order
 from tf_recurrent.op import lengths as lengths_lib
 from tf_recurrent.op import masks
 from tf_recurrent.op import probe as probe_lib
@@ -127,16 +128,33 @@ def build(theta, state0, inputs, cell_fn, cell_grad, stop_fn,
     kept = [sink.stack(h) for sink, h in zip(sinks + extras_sinks, handles)]
     kept, kept_extras = kept[:len(sinks)], kept[len(sinks):]
     returned_acc = storage.returned(kept)
+    # What the reverse loop reads of the forward loop, behind an identity
+    # TensorFlow does not differentiate past (see first_order).
+    saved_for_backward = first_order.saved_for_backward(
+        [n_run, kept, list(final), kept_extras])
 
     def grad_fn(*dys, variables=None):
-      d_returned = list(dys[:len(returned_acc)])
-      d_final = list(dys[len(returned_acc):])
-      carry = program.initial_grad_carry(flat_t, flat_s0, flat_x, d_final,
-                                         variables)
-      carry = storage.reverse(program, flat_t, flat_s0, flat_x, n_run, kept,
-                              final, kept_extras if keep_extras else None,
-                              d_returned, carry)
-      return program.finish_grads(carry)
+      def reverse(dys, flat_t, flat_s0, flat_x, n_run, kept, final,
+                  kept_extras):
+        d_returned = list(dys[:len(returned_acc)])
+        d_final = list(dys[len(returned_acc):])
+        carry = program.initial_grad_carry(flat_t, flat_s0, flat_x, d_final,
+                                           variables)
+        carry = storage.reverse(program, flat_t, flat_s0, flat_x, n_run,
+                                kept, final,
+                                kept_extras if keep_extras else None,
+                                d_returned, carry)
+        return program.finish_grads(carry)
+
+      # The reverse loop cuts each step's inputs from the graph: its own
+      # gradient would be wrong, so it fails instead.
+      return first_order.first_order_only(
+          reverse, [list(dys), flat_t, flat_s0, flat_x,
+                    *saved_for_backward],
+          watch=[list(dys), flat_t, flat_s0, flat_x, captured],
+          what="tf_recurrent.recurrent",
+          remedy="For a second order differentiate a static unroll, "
+          "tf.scan or a tf.while_loop with autodiff.")
 
     return returned_acc + list(final), grad_fn
 
