@@ -15,7 +15,7 @@ import tensorflow as tf
 from tensorflow.python.framework import test_util
 
 from tf_recurrent import contrib as functional_rnn
-from tf_peers import PeerTestCase, issue49, rnn_cell
+from tf_peers import PeerTestCase, rnn_cell
 
 v1 = tf.compat.v1
 
@@ -117,7 +117,6 @@ class FunctionalRnnTest(PeerTestCase):
         val = sess.run(fetches, feed_dict=feeds)
       return graph.as_graph_def(), val
 
-  @issue49(1, "int32 sequence_length of unknown rank refused")
   def testRunLstm(self):
     """Runs a simple LSTM. Does not check output."""
     np_inputs, np_slen = self._CreateInputs()
@@ -132,23 +131,18 @@ class FunctionalRnnTest(PeerTestCase):
     self.assertAllClose(dyn_rnn["inference"], func_rnn["inference"])
     self.assertAllClose(dyn_rnn["grad"], func_rnn["grad"])
 
-  @issue49(1, "int32 sequence_length of unknown rank refused")
   def testLstm(self):
     self._check_against_dynamic("lstm")
 
-  @issue49(1, "int32 sequence_length of unknown rank refused")
   def testGru(self):
     self._check_against_dynamic("gru")
 
-  @issue49(1, "int32 sequence_length of unknown rank refused")
   def testStackedLstm(self):
     self._check_against_dynamic("stacked_lstm")
 
-  @issue49(1, "int32 sequence_length of unknown rank refused")
   def testLstmWithTimeMajorInputs(self):
     self._check_against_dynamic("lstm", time_major=True)
 
-  @issue49(1, "int32 sequence_length of unknown rank refused")
   def testBidirectionalLstmWithTimeMajorInputs(self):
     time_major = True
     np_inputs, np_slen = self._CreateInputs(time_major)
@@ -161,7 +155,6 @@ class FunctionalRnnTest(PeerTestCase):
     self.assertAllClose(dyn_rnn["inference"], func_rnn["inference"])
     # The original leaves the gradients unchecked (b/112170761).
 
-  @issue49(1, "int32 sequence_length of unknown rank refused")
   def testBidirectionalLstm(self):
     """Time-major and batch-major runs agree."""
     time_major_inputs, np_slen = self._CreateInputs(True)
@@ -179,7 +172,6 @@ class FunctionalRnnTest(PeerTestCase):
                         batch_major_rnn["inference"])
     self.assertAllClose(time_major_rnn["grad"], batch_major_rnn["grad"])
 
-  @issue49(1, "int32 sequence_length of unknown rank refused")
   def testBidirectionalLstmWithSymmetricInputs(self):
     """With symmetric inputs time-major and batch-major runs agree."""
     np_inputs, np_slen = self._CreateSymmetricInputs()
@@ -229,12 +221,10 @@ class FunctionalRnnKeras3Test(PeerTestCase):
                                         tf_slen: np_slen})
     self.assertAllClose(ours, theirs)
 
-  @issue49(1, "int32 sequence_length of unknown rank refused")
   @test_util.run_deprecated_v1
   def testGru(self):
     self._check(lambda: keras.layers.GRUCell(7), time_major=False)
 
-  @issue49(1, "int32 sequence_length of unknown rank refused")
   @test_util.run_deprecated_v1
   def testStackedLstmWithTimeMajorInputs(self):
     self._check(lambda: keras.layers.StackedRNNCells(

@@ -73,6 +73,16 @@ class TupleCell:
     return (h, (h[:, :2] * c[:, :2],)), (h, tf.sin(c))
 
 
+class NoisyCell(TupleCell):
+  """TupleCell drawing a stateful random number that it multiplies by zero:
+  the same math, but a step the op cannot recompute, so dynamic_rnn runs it
+  under ordinary autodiff (the fallback of tf_keras's DropoutWrapper)."""
+
+  def __call__(self, inputs, state):
+    output, (h, c) = super().__call__(inputs, state)
+    return output, (h + 0.0 * tf.random.uniform([], dtype=h.dtype), c)
+
+
 def make_cell(kind):
   if kind == "lstm":  # Fast path: the layers' chunked loop.
     return keras.layers.LSTMCell(H, dtype=F64)
@@ -92,12 +102,14 @@ def make_cell(kind):
     return TupleCell()
   if kind == "nested":
     return TupleCell(nested_inputs=True)
+  if kind == "noisy":  # Ordinary autodiff.
+    return NoisyCell()
   raise ValueError(kind)
 
 
 def cell_variables(cell):
   """The cell's trainable tf.Variables (Keras's wrap one in `.value`)."""
-  if isinstance(cell, TupleCell):
+  if isinstance(cell, TupleCell):  # NoisyCell too.
     return list(cell.variables)
   return [v.value for v in cell.trainable_variables]
 
@@ -182,7 +194,7 @@ def check_against_unroll(mode, kind, lengths, time_major, seq_len=5):
 
 
 ALL_CELLS = ["lstm", "gru", "simple", "lstm_relu", "stacked", "user", "tuple",
-             "nested"]
+             "nested", "noisy"]
 
 
 @pytest.mark.parametrize("kind", ALL_CELLS)
@@ -192,7 +204,7 @@ def test_matches_unroll_every_cell(kind, lengths, time_major):
   check_against_unroll("function", kind, lengths, time_major)
 
 
-@pytest.mark.parametrize("kind", ["lstm", "simple", "tuple", "user"])
+@pytest.mark.parametrize("kind", ["lstm", "simple", "tuple", "user", "noisy"])
 @pytest.mark.parametrize("mode", ["eager", "xla", "tf1"])
 def test_matches_unroll_every_mode(mode, kind):
   check_against_unroll(mode, kind, [5, 2, 5], False)
@@ -330,6 +342,30 @@ def test_tf_invalid_sequence_length_shape(graph):
       run()
   else:
     run()
+
+
+def test_sequence_length_of_unknown_rank_checked_when_run():
+  """Issue 49 kind 1: TF1's lengths placeholder without a shape is taken,
+  its rank and length checked when the graph runs."""
+  with tf.Graph().as_default():
+    x = tf.compat.v1.placeholder(tf.float32, shape=(2, 3, 5))
+    lengths = tf.compat.v1.placeholder(tf.int64)
+    outputs, state = tf_recurrent.dynamic_rnn(
+        Plus1RNNCell(), x, sequence_length=lengths, dtype=tf.float32)
+    assert outputs.shape == (2, 3, 5) and state.shape == (2, 5)
+    with pytest.raises(ValueError, match="but saw float32 of unknown rank"):
+      tf_recurrent.dynamic_rnn(
+          Plus1RNNCell(), x, dtype=tf.float32,
+          sequence_length=tf.compat.v1.placeholder(tf.float32))
+    with tf.compat.v1.Session() as session:
+      feed = {x: np.zeros([2, 3, 5])}
+      got, _ = session.run((outputs, state), {lengths: [3, 1], **feed})
+      np.testing.assert_array_equal(got[:, :, 0], [[1, 1, 1], [1, 0, 0]])
+      for bad in ([[3, 1]], [3, 1, 2]):
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match="sequence_length must be a vector of "
+                           "length batch_size"):
+          session.run(outputs, {lengths: bad, **feed})
 
 
 def test_tf_batch_size_from_input():

@@ -17,7 +17,7 @@ from tensorflow.python.framework import test_util
 from tf_recurrent import dynamic_rnn
 from tf_peers import (CallPlus1RNNCell, PeerTestCase, ScalarStateRNNCell,
                       TensorArrayStateRNNCell, UnbalancedOutputRNNCell,
-                      issue49, rnn_cell, unittest_result_lists)
+                      rnn_cell, unittest_result_lists)
 
 
 class RNNTest(PeerTestCase):
@@ -110,7 +110,6 @@ class RNNTest(PeerTestCase):
     self.assertAllEqual([[[1, 1], [2, 2], [3, 3], [4, 4]]], outputs[1])
     self.assertAllEqual(4, state)
 
-  @issue49(4, "a TensorArray in the cell's state is refused")
   def testEagerMemory(self):
     unittest_result_lists(self)
     self._eager_memory()
@@ -122,7 +121,6 @@ class RNNTest(PeerTestCase):
       inputs = np.array([[[1], [2], [3], [4]]], dtype=np.float32)
       dynamic_rnn(cell, inputs, dtype=tf.float32, sequence_length=[4])
 
-  @issue49(4, "a TensorArray in the cell's state is refused")
   @test_util.run_in_graph_and_eager_modes
   def testTensorArrayStateIsAccepted(self):
     outputs, state = self._run_1234(TensorArrayStateRNNCell(),

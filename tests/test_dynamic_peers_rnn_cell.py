@@ -303,7 +303,6 @@ class BidirectionalRNNTest(PeerTestCase):
           self.assertAllEqual(out[t, :, 0:3], out[max_length - t - 1, :, 3:6])
         self.assertAllClose(s_fw, s_bw)
 
-  @issue49(1, "int64 sequence_length of unknown rank refused")
   @test_util.run_deprecated_v1
   def testBidirectionalDynamicRNN(self):
     for option in itertools.product([True, False], repeat=4):
@@ -311,7 +310,6 @@ class BidirectionalRNNTest(PeerTestCase):
           use_shape=option[0], use_state_tuple=option[1],
           use_time_major=option[2], use_sequence_length=option[3])
 
-  @issue49(1, "int64 sequence_length of unknown rank refused")
   @test_util.run_deprecated_v1
   def testBidirectionalDynamicRNNScope(self):
 
@@ -339,7 +337,6 @@ class MultiDimensionalLSTMTest(PeerTestCase):
     self._seed = 23489
     np.random.seed(self._seed)
 
-  @issue49(2, "outputs lose the static time dimension")
   @test_util.run_deprecated_v1
   def testMultiDimensionalLSTMAllRNNContainers(self):
     feature_dims = (3, 4, 5)
@@ -404,7 +401,6 @@ class NestedLSTMTest(PeerTestCase):
     self._seed = 23489
     np.random.seed(self._seed)
 
-  @issue49(2, "outputs lose the static time dimension")
   @test_util.run_deprecated_v1
   def testNestedIOLSTMAllRNNContainers(self):
     input_size, batch_size, state_size, max_length = 5, 2, 6, 8
@@ -626,7 +622,6 @@ class RawRNNTest(PeerTestCase):
       r = self._loop_case(10, loop_state_fn=loop_state_fn)
       self.assertEqual([10], self.evaluate(r[-1]))
 
-  @issue49(4, "a TensorArray in loop_state is refused")
   @test_util.run_deprecated_v1
   def testLoopStateWithTensorArray(self):
     with self.session(graph=tf.Graph()):
@@ -641,7 +636,6 @@ class RawRNNTest(PeerTestCase):
       r = self._loop_case(4, loop_state_fn=loop_state_fn)
       self.assertAllEqual([1, 2, 2 + 2, 4 + 3, 7 + 4], r[-1].stack())
 
-  @issue49(5, "emit_output of time 0 taken as a batch: shape_invariants error")
   @test_util.run_deprecated_v1
   def testEmitDifferentStructureThanCellOutput(self):
     with self.session(graph=tf.Graph()) as sess:
@@ -736,14 +730,12 @@ class DropoutWrapperTest(PeerTestCase):
         input_keep_prob=keep, output_keep_prob=keep, state_keep_prob=keep,
         wrapper_type=DropoutWrapper))
 
-  @issue49(3, "cell_fn uses stateful random ops")
   def testDropoutWrapperKeepAll(self):
     keep = v1.get_variable("all", initializer=1.0)
     self._assert_full(self._testDropoutWrapper(
         input_keep_prob=keep, output_keep_prob=keep, state_keep_prob=keep,
         wrapper_type=DropoutWrapper))
 
-  @issue49(3, "cell_fn uses stateful random ops")
   def testDropoutWrapperWithSeed(self):
     keep_some = 0.5
     results = []
@@ -758,7 +750,6 @@ class DropoutWrapperTest(PeerTestCase):
     self.assertAllClose(res_standard_1[1].c, res_standard_2[1].c)
     self.assertAllClose(res_standard_1[1].h, res_standard_2[1].h)
 
-  @issue49(3, "cell_fn uses stateful random ops")
   def testDropoutWrapperKeepNoOutput(self):
     keep_all = v1.get_variable("all", initializer=1.0)
     keep_none = v1.get_variable("none", initializer=1e-6)
@@ -769,7 +760,6 @@ class DropoutWrapperTest(PeerTestCase):
     self.assertAllClose(_TRUE_FULL_OUTPUT[1], res[1].h)
     self.assertAllClose(_TRUE_FULL_FINAL_C, res[1].c)
 
-  @issue49(3, "cell_fn uses stateful random ops")
   def testDropoutWrapperKeepNoStateExceptLSTMCellMemory(self):
     keep_all = v1.get_variable("all", initializer=1.0)
     keep_none = v1.get_variable("none", initializer=1e-6)
@@ -784,7 +774,6 @@ class DropoutWrapperTest(PeerTestCase):
     self.assertAllClose(np.zeros(res[1].h.shape), res[1].h)
     self.assertAllClose(true_c_state, res[1].c)
 
-  @issue49(3, "cell_fn uses stateful random ops")
   def testDropoutWrapperKeepNoInput(self):
     keep_all = v1.get_variable("all", initializer=1.0)
     keep_none = v1.get_variable("none", initializer=1e-6)
@@ -855,7 +844,6 @@ class Keras3VariantsTest(PeerTestCase):
     self._seed = 23489
     np.random.seed(self._seed)
 
-  @issue49(2, "outputs lose the static time dimension")
   @test_util.run_in_graph_and_eager_modes
   def testDynamicEquivalentToStaticRNNWithSequenceLength(self):
     time_steps, num_units, input_size, batch_size = 8, 3, 5, 2
@@ -887,7 +875,6 @@ class Keras3VariantsTest(PeerTestCase):
           self.evaluate(grads([static[0], static[1]], variables)),
           self.evaluate(grads([outputs, state], variables)))
 
-  @issue49(1, "int64 sequence_length of unknown rank refused")
   @test_util.run_deprecated_v1
   def testBidirectionalDynamicRNN(self):
     num_units, input_size, batch_size, max_length = 3, 5, 2, 8
