@@ -81,7 +81,9 @@ class LSTMTest(PeerTestCase):
         state_dynamic = tf.nest.flatten(state_dynamic)
     comparison_fn(np.hstack(state_static), np.hstack(state_dynamic))
 
-  @issue49(6, "differs from static_rnn in the last bits")
+  @issue49(6, "eager only (the TF1 graph is exact, testTF1GraphsExact): "
+           "the op's eager call is one traced function, which Grappler's "
+           "arithmetic optimizer rewrites; static_rnn runs op by op")
   @test_util.run_in_graph_and_eager_modes
   def testDynamicRNNWithTupleStates(self):
     num_units, input_size, batch_size, num_proj, max_length = 3, 5, 2, 4, 8
@@ -107,7 +109,7 @@ class LSTMTest(PeerTestCase):
       self._compare_static_dynamic(sess, inputs, batch_size, input_size,
                                    static, dynamic, flatten_state=False)
 
-  @issue49(6, "differs from static_rnn in the last bits")
+  @issue49(6, "eager only, as testDynamicRNNWithTupleStates")
   @test_util.run_in_graph_and_eager_modes
   def testDynamicRNNWithNestedTupleStates(self):
     num_units, input_size, batch_size, num_proj, max_length = 3, 5, 2, 4, 8
@@ -141,6 +143,36 @@ class LSTMTest(PeerTestCase):
                               sequence_length=sequence_length, scope=scope)
       self._compare_static_dynamic(sess, inputs, batch_size, input_size,
                                    static, dynamic, flatten_state=True)
+
+  @test_util.run_deprecated_v1
+  def testTF1GraphsExact(self):
+    """Issue 49 kind 6, the TF1-graph half of the two cases above: a legacy
+    cell's step runs without an XLA cluster, so dynamic_rnn equals
+    static_rnn bit for bit (their tuple states, then nested ones)."""
+    input_size, batch_size, max_length = 5, 2, 8
+    with self.session(graph=tf.Graph()) as sess:
+      inputs = max_length * [v1.placeholder(tf.float32,
+                                            shape=(None, input_size))]
+      cells = [rnn_cell.LSTMCell(3 + i, use_peepholes=True, num_proj=4 + i,
+                                 initializer=_uniform(self._seed))
+               for i in range(5)]
+      pairs = []
+      for name, cell in (("tuple", cells[0]),
+                         ("nested", rnn_cell.MultiRNNCell(cells[1:]))):
+        with v1.variable_scope(name) as scope:
+          static = nn.static_rnn(cell, inputs, dtype=tf.float32,
+                                 sequence_length=[4, 6], scope=scope)
+          scope.reuse_variables()
+          pairs.append((static, dynamic_rnn(
+              cell, tf.stack(inputs), dtype=tf.float32, time_major=True,
+              sequence_length=[4, 6], scope=scope)))
+      v1.global_variables_initializer().run()
+      values = sess.run(pairs, {inputs[0]: np.random.randn(batch_size,
+                                                           input_size)})
+    for static, dynamic in values:
+      self.assertAllEqual(static[0], dynamic[0])  # The outputs.
+      for a, b in zip(tf.nest.flatten(static[1]), tf.nest.flatten(dynamic[1])):
+        self.assertAllEqual(a, b)
 
   def _testDynamicEquivalentToStaticRNN(self, use_sequence_length):
     time_steps, num_units, num_proj, input_size, batch_size = 8, 3, 4, 5, 2

@@ -409,6 +409,15 @@ def _zero_step(inputs: Any) -> Any:
   return tf.nest.map_structure(zeros, inputs)
 
 
+def _xla_steps(cell: Any):
+  """The op's `xla_steps` for a cell: "auto" (a step may run as one XLA
+  cluster) for a Keras 3 cell; False for an RNNCell object (tf_keras's
+  legacy cells), whose outputs then equal a static unroll of the same cell
+  bit for bit, as TensorFlow's tests assert of its dynamic_rnn (an XLA
+  cluster computes the same math with other rounding)."""
+  return "auto" if isinstance(cell, keras.layers.Layer) else False
+
+
 def _variable_scope(scope: Any, default: str):
   return tf.compat.v1.variable_scope(scope or default)
 
@@ -594,7 +603,8 @@ def _on_op(cell, inputs, lengths, state0, output_dtype):
               "output": tf.nest.map_structure(lambda _: True, zero_output)}
   acc, final = op.recurrent({}, start, inputs, cell_fn,
                             sequence_length=lengths,
-                            accumulate_state=per_step)
+                            accumulate_state=per_step,
+                            xla_steps=_xla_steps(cell))
   return acc["output"], unpack(final["cell"])
 
 
