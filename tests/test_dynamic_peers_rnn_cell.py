@@ -640,7 +640,6 @@ class RawRNNTest(PeerTestCase):
         cell, inputs_ta, batch_size, input_depth,
         lambda t: tf.tile([t >= max_time], [batch_size]), **kwargs))
 
-  @issue49(5, "the cell's variables are read though only loop_state is fetched")
   @test_util.run_deprecated_v1
   def testLoopState(self):
     with self.session(graph=tf.Graph()):

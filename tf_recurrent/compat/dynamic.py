@@ -783,8 +783,15 @@ def _raw(cell, loop_fn):
                           element_shape=rows.shape[1:]).unstack(rows)
 
   emit_ta = tf.nest.map_structure(to_array, acc["emit"])
-  return (emit_ta, final["state"],
-          final["loop_state"] if has_loop_state else None)
+  final_loop_state = final["loop_state"] if has_loop_state else None
+  if has_loop_state and not any(
+      structs.is_differentiable(leaf.dtype)
+      for leaf in tf.nest.flatten(final_loop_state)):
+    # A loop_state without float leaves has no gradient to carry: take it
+    # from the counting loop, a plain while loop that a TF1 Session fetching
+    # only loop_state runs without the cell (as TensorFlow's raw_rnn loop).
+    final_loop_state = counted[0]["loop_state"]
+  return emit_ta, final["state"], final_loop_state
 
 
 def _raw_autodiff(cell, start, step, emit0, has_loop_state, reason):
