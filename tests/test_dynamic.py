@@ -223,6 +223,24 @@ def test_zero_and_one_steps(kind, seq_len):
   check_against_unroll("eager", kind, None, False, seq_len=seq_len)
 
 
+def test_unrecomputable_cells_fall_back_to_autodiff(monkeypatch):
+  """A cell drawing stateful random numbers (and a TensorArray state) runs
+  under ordinary autodiff, logging why once; any other cell stays on the
+  op."""
+  fallbacks, logged = [], []
+  real = dynamic._autodiff
+  monkeypatch.setattr(dynamic, "_autodiff",
+                      lambda *a: fallbacks.append(a[-1]) or real(*a))
+  monkeypatch.setattr(dynamic, "_warned", set())
+  monkeypatch.setattr(dynamic.logging, "warning",
+                      lambda *a: logged.append(a[0] % a[1:]))
+  for kind in ("noisy", "noisy", "tuple"):
+    cell, x, state0 = case(kind, 3)
+    tf_recurrent.dynamic_rnn(cell, x, initial_state=state0, time_major=True)
+  assert len(fallbacks) == 2 and "stateful random ops" in fallbacks[0]
+  assert len(logged) == 1 and "NoisyCell under ordinary autodiff" in logged[0]
+
+
 def test_unknown_time_and_batch_while_tracing():
   cell, x, state0 = case("lstm", 6)
   lengths = tf.constant([6, 3, 0])
@@ -620,10 +638,20 @@ def test_raw_rnn_seed_example_equals_dynamic_rnn(mode, kind, read_tensor_array):
 BUDGET = (6, 5, 7)  # Examples 0 and 2 stop on the predicate, at steps 2 and 6.
 
 
-def decoder_case():
+class NoisyMinimalRNNCell(MinimalRNNCell):
+  """MinimalRNNCell drawing a stateful random number times zero: raw_rnn
+  runs it under ordinary autodiff (its fallback), the same math."""
+
+  def call(self, inputs, states):
+    output, _ = super().call(inputs, states)
+    output = output + 0.0 * tf.random.uniform([], dtype=output.dtype)
+    return output, [output]
+
+
+def decoder_case(noisy=False):
   """A decoder feeding its output back, stopping per example once the output's
   first unit turns negative (or after a step budget)."""
-  cell = MinimalRNNCell(H, dtype=F64)
+  cell = (NoisyMinimalRNNCell if noisy else MinimalRNNCell)(H, dtype=F64)
   rng = np.random.default_rng(7)
   start = tf.constant(rng.normal(size=[B, H]), tf.float64)
   state0 = tf.constant(rng.normal(size=[B, H]), tf.float64)
@@ -660,13 +688,19 @@ def decoder_unroll(cell, start, state0, proj, budget=BUDGET):
 
 
 @pytest.mark.parametrize("mode", ["eager", "function", "tf1"])
-def test_raw_rnn_decoder_matches_unroll(mode):
-  outside = decoder_case() if mode != "tf1" else None
+@pytest.mark.parametrize("noisy", [False, True])
+def test_raw_rnn_decoder_matches_unroll(mode, noisy, monkeypatch):
+  """Also the fallback (noisy): ordinary autodiff's gradients equal too."""
+  fallbacks = []
+  real = dynamic._raw_autodiff
+  monkeypatch.setattr(dynamic, "_raw_autodiff",
+                      lambda *a: fallbacks.append(1) or real(*a))
+  outside = decoder_case(noisy) if mode != "tf1" else None
   if outside:
     outside[0].build((B, H))
 
   def build(watch):
-    cell, start, state0, proj, loop_fn = outside or decoder_case()
+    cell, start, state0, proj, loop_fn = outside or decoder_case(noisy)
     if not cell.built:
       cell.build((B, H))
     watch((start, state0, proj))
@@ -688,6 +722,7 @@ def test_raw_rnn_decoder_matches_unroll(mode):
     loss = weighted_sum(want, weights)
   want_grads = tape.gradient(loss, (start, state0, proj, cell_variables(cell)),
                              unconnected_gradients="zero")
+  assert bool(fallbacks) == noisy
   assert want[0].shape[0] == 6  # Example 2 stopped on the predicate.
   np.testing.assert_array_equal(np.abs(want[0][2:, 0]).sum(-1), 0)
   assert_all_close(values[:3], tf.nest.flatten(want), 1e-10)

@@ -15,17 +15,12 @@ from tensorflow.python.eager import context
 from tensorflow.python.framework import test_util
 
 from tf_recurrent import dynamic_rnn
-from tf_peers import (CallPlus1RNNCell, PeerTestCase, ScalarStateRNNCell,
+from tf_peers import (CallPlus1RNNCell, ScalarStateRNNCell, SeededTestCase,
                       TensorArrayStateRNNCell, UnbalancedOutputRNNCell,
                       rnn_cell, unittest_result_lists)
 
 
-class RNNTest(PeerTestCase):
-
-  def setUp(self):
-    super().setUp()
-    self._seed = 23489
-    np.random.seed(self._seed)
+class RNNTest(SeededTestCase):
 
   @test_util.run_in_graph_and_eager_modes
   def testInvalidSequenceLengthShape(self):

@@ -24,8 +24,8 @@ from tensorflow.python.framework import test_util
 
 from tf_recurrent import bidirectional_dynamic_rnn, dynamic_rnn, raw_rnn
 from tf_peers import (DropoutWrapper, DummyMultiDimensionalLSTM,
-                      NestedRNNCell, PeerTestCase, TestStateSaver,
-                      check_scope, issue49, rnn_cell)
+                      NestedRNNCell, PeerTestCase, SeededTestCase,
+                      TestStateSaver, check_scope, issue49, rnn_cell)
 
 nn = tf.compat.v1.nn
 v1 = tf.compat.v1
@@ -35,12 +35,7 @@ def _uniform(seed):
   return v1.random_uniform_initializer(-0.01, 0.01, seed=seed)
 
 
-class LSTMTest(PeerTestCase):
-
-  def setUp(self):
-    super().setUp()
-    self._seed = 23489
-    np.random.seed(self._seed)
+class LSTMTest(SeededTestCase):
 
   @test_util.run_deprecated_v1
   def testDynamicRNNAllowsUnknownTimeDimension(self):
@@ -265,12 +260,7 @@ class LSTMTest(PeerTestCase):
     self._testDynamicEquivalentToStaticRNN(use_sequence_length=True)
 
 
-class BidirectionalRNNTest(PeerTestCase):
-
-  def setUp(self):
-    super().setUp()
-    self._seed = 23489
-    np.random.seed(self._seed)
+class BidirectionalRNNTest(SeededTestCase):
 
   def _createBidirectionalDynamicRNN(self, use_shape, use_state_tuple,
                                      use_time_major, use_sequence_length,
@@ -362,12 +352,32 @@ class BidirectionalRNNTest(PeerTestCase):
                   use_outer_scope=False)
 
 
-class MultiDimensionalLSTMTest(PeerTestCase):
+def _assert_all_containers_equal(test, sess, feed, feed_dim, outputs, states,
+                                 dynamic_as_static, concat_axis):
+  """The multi-dimensional and nested cases' checks, exact: static_rnn's
+  outputs and final state equal dynamic_rnn's, static_state_saving_rnn's
+  and static_bidirectional_rnn's (both directions concatenated)."""
+  outputs_static, outputs_dynamic, outputs_bid, outputs_sav = outputs
+  outputs_static_v = sess.run(outputs_static, feed_dict=feed)
+  test.assertAllEqual(
+      outputs_static_v,
+      dynamic_as_static(sess.run(outputs_dynamic, feed_dict=feed)))
+  test.assertAllEqual(outputs_static_v,
+                      sess.run(outputs_sav, feed_dict=feed_dim))
+  outputs_static_array = np.array(outputs_static_v)
+  test.assertAllEqual(
+      np.concatenate((outputs_static_array, outputs_static_array),
+                     axis=concat_axis),
+      np.array(sess.run(outputs_bid, feed_dict=feed_dim)))
+  state_static, state_dynamic, state_fw, state_bw, state_sav = states
+  state_static_v = sess.run(state_static, feed_dict=feed)
+  for other, other_feed in ((state_dynamic, feed), (state_sav, feed_dim),
+                            (state_fw, feed_dim), (state_bw, feed_dim)):
+    test.assertAllEqual(np.hstack(state_static_v),
+                        np.hstack(sess.run(other, feed_dict=other_feed)))
 
-  def setUp(self):
-    super().setUp()
-    self._seed = 23489
-    np.random.seed(self._seed)
+
+class MultiDimensionalLSTMTest(SeededTestCase):
 
   @test_util.run_deprecated_v1
   def testMultiDimensionalLSTMAllRNNContainers(self):
@@ -404,34 +414,15 @@ class MultiDimensionalLSTMTest(PeerTestCase):
 
       v1.global_variables_initializer().run()
       input_value = np.random.randn(*((batch_size,) + input_size))
-      feed = {inputs[0]: input_value}
-      feed_dim = {inputs_using_dim[0]: input_value}
-      outputs_static_v = sess.run(outputs_static, feed_dict=feed)
-      outputs_dynamic_v = sess.run(outputs_dynamic, feed_dict=feed)
-      outputs_bid_v = sess.run(outputs_bid, feed_dict=feed_dim)
-      outputs_sav_v = sess.run(outputs_sav, feed_dict=feed_dim)
-      self.assertAllEqual(outputs_static_v, outputs_dynamic_v)
-      self.assertAllEqual(outputs_static_v, outputs_sav_v)
-      outputs_static_array = np.array(outputs_static_v)
-      self.assertAllEqual(
-          np.concatenate((outputs_static_array, outputs_static_array), axis=2),
-          np.array(outputs_bid_v))
-      state_static_v = sess.run(state_static, feed_dict=feed)
-      state_dynamic_v = sess.run(state_dynamic, feed_dict=feed)
-      state_bid_fw_v = sess.run(state_fw, feed_dict=feed_dim)
-      state_bid_bw_v = sess.run(state_bw, feed_dict=feed_dim)
-      state_sav_v = sess.run(state_sav, feed_dict=feed_dim)
-      for other in (state_dynamic_v, state_sav_v, state_bid_fw_v,
-                    state_bid_bw_v):
-        self.assertAllEqual(np.hstack(state_static_v), np.hstack(other))
+      _assert_all_containers_equal(
+          self, sess, {inputs[0]: input_value},
+          {inputs_using_dim[0]: input_value},
+          (outputs_static, outputs_dynamic, outputs_bid, outputs_sav),
+          (state_static, state_dynamic, state_fw, state_bw, state_sav),
+          lambda dynamic: dynamic, concat_axis=2)
 
 
-class NestedLSTMTest(PeerTestCase):
-
-  def setUp(self):
-    super().setUp()
-    self._seed = 23489
-    np.random.seed(self._seed)
+class NestedLSTMTest(SeededTestCase):
 
   @test_util.run_deprecated_v1
   def testNestedIOLSTMAllRNNContainers(self):
@@ -477,35 +468,15 @@ class NestedLSTMTest(PeerTestCase):
       v1.global_variables_initializer().run()
       input_value = (np.random.randn(batch_size, input_size),
                      np.random.randn(batch_size, input_size))
-      feed = {single_input: input_value}
-      feed_dim = {single_input_using_dim: input_value}
-      outputs_dynamic_v = sess.run(outputs_dynamic, feed_dict=feed)
-      outputs_static_v = sess.run(outputs_static, feed_dict=feed)
-      outputs_sav_v = sess.run(outputs_sav, feed_dict=feed_dim)
-      outputs_bid_v = sess.run(outputs_bid, feed_dict=feed_dim)
-      self.assertAllEqual(outputs_static_v,
-                          np.transpose(outputs_dynamic_v, (1, 0, 2, 3)))
-      self.assertAllEqual(outputs_static_v, outputs_sav_v)
-      outputs_static_array = np.array(outputs_static_v)
-      self.assertAllEqual(
-          np.concatenate((outputs_static_array, outputs_static_array), axis=3),
-          np.array(outputs_bid_v))
-      state_dynamic_v = sess.run(state_dynamic, feed_dict=feed)
-      state_static_v = sess.run(state_static, feed_dict=feed)
-      state_bid_fw_v = sess.run(state_fw, feed_dict=feed_dim)
-      state_bid_bw_v = sess.run(state_bw, feed_dict=feed_dim)
-      state_sav_v = sess.run(state_sav, feed_dict=feed_dim)
-      for other in (state_dynamic_v, state_sav_v, state_bid_fw_v,
-                    state_bid_bw_v):
-        self.assertAllEqual(np.hstack(state_static_v), np.hstack(other))
+      _assert_all_containers_equal(
+          self, sess, {single_input: input_value},
+          {single_input_using_dim: input_value},
+          (outputs_static, outputs_dynamic, outputs_bid, outputs_sav),
+          (state_static, state_dynamic, state_fw, state_bw, state_sav),
+          lambda dynamic: np.transpose(dynamic, (1, 0, 2, 3)), concat_axis=3)
 
 
-class GRUTest(PeerTestCase):
-
-  def setUp(self):
-    super().setUp()
-    self._seed = 23489
-    np.random.seed(self._seed)
+class GRUTest(SeededTestCase):
 
   @test_util.run_deprecated_v1
   def testDynamic(self):
@@ -568,12 +539,7 @@ def _raw_inputs_loop_fn(cell, inputs_ta, batch_size, input_depth, finished_at,
   return loop_fn
 
 
-class RawRNNTest(PeerTestCase):
-
-  def setUp(self):
-    super().setUp()
-    self._seed = 23489
-    np.random.seed(self._seed)
+class RawRNNTest(SeededTestCase):
 
   def _testRawRNN(self, max_time):
     with self.session(graph=tf.Graph()) as sess:
@@ -867,13 +833,8 @@ class DropoutWrapperTest(PeerTestCase):
     self.assertAllClose(res0[1].h, res1[1].h)
 
 
-class Keras3VariantsTest(PeerTestCase):
+class Keras3VariantsTest(SeededTestCase):
   """The main cases above with Keras 3 cells in place of the legacy ones."""
-
-  def setUp(self):
-    super().setUp()
-    self._seed = 23489
-    np.random.seed(self._seed)
 
   @test_util.run_in_graph_and_eager_modes
   def testDynamicEquivalentToStaticRNNWithSequenceLength(self):

@@ -10,6 +10,7 @@ test_dynamic_peers_rnn_cell.py (rnn_cell_test.py) and test_contrib_peers.py
 
 import contextlib
 
+import numpy as np
 import pytest
 import tensorflow as tf
 from tf_keras.src.layers.rnn import legacy_cell_wrappers
@@ -17,7 +18,7 @@ from tf_keras.src.layers.rnn import legacy_cells as rnn_cell
 
 DropoutWrapper = legacy_cell_wrappers.DropoutWrapper
 
-__all__ = ["PeerTestCase", "rnn_cell", "DropoutWrapper", "Plus1RNNCell", "CallPlus1RNNCell",
+__all__ = ["PeerTestCase", "SeededTestCase", "rnn_cell", "DropoutWrapper", "Plus1RNNCell", "CallPlus1RNNCell",
            "ScalarStateRNNCell", "UnbalancedOutputRNNCell",
            "TensorArrayStateRNNCell", "DummyMultiDimensionalLSTM",
            "NestedRNNCell", "TestStateSaver", "check_scope", "issue49",
@@ -39,6 +40,15 @@ class PeerTestCase(tf.test.TestCase):
     return super().test_session(*args, **kwargs)
 
   test_session.__test__ = False  # A helper, not a test to collect.
+
+
+class SeededTestCase(PeerTestCase):
+  """The originals' setUp: NumPy seeded with their seed, 23489."""
+
+  def setUp(self):
+    super().setUp()
+    self._seed = 23489
+    np.random.seed(self._seed)
 
 
 def issue49(kind, why):

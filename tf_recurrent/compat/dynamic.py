@@ -418,6 +418,20 @@ def _xla_steps(cell: Any):
   return "auto" if isinstance(cell, keras.layers.Layer) else False
 
 
+def _checked_call(cell: Any, x: Any, state: Any,
+                  zero_output: Any) -> Tuple[Any, Any]:
+  """`_call`, the output checked against the structure of `zero_output`
+  (zeros of `cell.output_size`)."""
+  output, new_state = _call(cell, x, state)
+  try:
+    tf.nest.assert_same_structure(output, zero_output, check_types=False)
+  except (ValueError, TypeError) as e:
+    raise ValueError(
+        f"The cell's output does not match its output_size="
+        f"{_output_size(cell)}: {e}") from None
+  return output, new_state
+
+
 def _variable_scope(scope: Any, default: str):
   return tf.compat.v1.variable_scope(scope or default)
 
@@ -585,13 +599,8 @@ def _on_op(cell, inputs, lengths, state0, output_dtype):
 
   def cell_fn(theta, state, x):
     del theta
-    output, new_state = _call(cell, x, unpack(state["cell"]))
-    try:
-      tf.nest.assert_same_structure(output, zero_output, check_types=False)
-    except (ValueError, TypeError) as e:
-      raise ValueError(
-          f"The cell's output does not match its output_size={output_size}: "
-          f"{e}") from None
+    output, new_state = _checked_call(cell, x, unpack(state["cell"]),
+                                      zero_output)
     new_flat = tf.nest.flatten(new_state)
     if longest is not None:
       new_flat = [tf.fill(tf.reshape(batch, [1]), s) if u else s
@@ -654,13 +663,7 @@ def _autodiff(cell, inputs, lengths, state0, output_dtype, reason):
 
   def body(t, state, arrays):
     x = tf.nest.pack_sequence_as(inputs, [a.read(t) for a in input_arrays])
-    output, new_state = _call(cell, x, state)
-    try:
-      tf.nest.assert_same_structure(output, zero_output, check_types=False)
-    except (ValueError, TypeError) as e:
-      raise ValueError(
-          f"The cell's output does not match its output_size="
-          f"{_output_size(cell)}: {e}") from None
+    output, new_state = _checked_call(cell, x, state, zero_output)
     ran = tf.less(t, bound)
 
     def carry(old, new):
