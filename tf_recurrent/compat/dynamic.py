@@ -25,14 +25,11 @@ objects). Their backward pass keeps only the per-step states:
 op's loops run one step at a time and keep the per-step states in memory.
 """
 
-import contextlib
 from typing import Any, Callable, Optional, Tuple
 
 from absl import logging
 import keras
 import tensorflow as tf
-from tensorflow.core.protobuf import rewriter_config_pb2
-from tensorflow.python.eager import context as eager_context
 
 from tf_recurrent import engine
 from tf_recurrent.op import accumulators
@@ -412,31 +409,13 @@ def _zero_step(inputs: Any) -> Any:
   return tf.nest.map_structure(zeros, inputs)
 
 
-@contextlib.contextmanager
-def _exact_eager_calls(exact: bool):
-  """For an RNNCell object (tf_keras's legacy cells), whose outputs
-  TensorFlow's tests assert equal to a static unroll's bit for bit: run
-  eagerly, the op's call (one traced function) without Grappler's
-  arithmetic optimizer, whose rewrites round otherwise than the cell's ops
-  run one by one. (In graphs and under tf.function the caller's graph
-  optimizations apply, as to TensorFlow's while loop; the op's steps then
-  run without XLA clusters, `xla_steps=False`, for the same reason.)"""
-  if not (exact and tf.executing_eagerly()):
-    yield
-    return
-  ctx = eager_context.context()
-  # The thread's own setting, None until first read: restored as it was.
-  before = ctx._thread_local_data.function_call_options  # pylint: disable=protected-access
-  config = ctx.config
-  config.allow_soft_placement = True  # The default of function calls.
-  config.graph_options.rewrite_options.arithmetic_optimization = (
-      rewriter_config_pb2.RewriterConfig.OFF)
-  ctx.function_call_options = eager_context.FunctionCallOptions(
-      config_proto=config)
-  try:
-    yield
-  finally:
-    ctx._thread_local_data.function_call_options = before  # pylint: disable=protected-access
+def _xla_steps(cell: Any):
+  """The op's `xla_steps` for a cell: "auto" (a step may run as one XLA
+  cluster) for a Keras 3 cell; False for an RNNCell object (tf_keras's
+  legacy cells), whose outputs then equal a static unroll of the same cell
+  bit for bit, as TensorFlow's tests assert of its dynamic_rnn (an XLA
+  cluster computes the same math with other rounding)."""
+  return "auto" if isinstance(cell, keras.layers.Layer) else False
 
 
 def _checked_call(cell: Any, x: Any, state: Any,
@@ -631,12 +610,10 @@ def _on_op(cell, inputs, lengths, state0, output_dtype):
   start = {"cell": flat0, "output": zero_output}
   per_step = {"cell": [False] * len(flat0),
               "output": tf.nest.map_structure(lambda _: True, zero_output)}
-  exact = not isinstance(cell, keras.layers.Layer)
-  with _exact_eager_calls(exact):
-    acc, final = op.recurrent({}, start, inputs, cell_fn,
-                              sequence_length=lengths,
-                              accumulate_state=per_step,
-                              xla_steps=False if exact else "auto")
+  acc, final = op.recurrent({}, start, inputs, cell_fn,
+                            sequence_length=lengths,
+                            accumulate_state=per_step,
+                            xla_steps=_xla_steps(cell))
   return acc["output"], unpack(final["cell"])
 
 
