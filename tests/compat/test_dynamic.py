@@ -73,6 +73,16 @@ class TupleCell:
     return (h, (h[:, :2] * c[:, :2],)), (h, tf.sin(c))
 
 
+class NoisyCell(TupleCell):
+  """TupleCell drawing a stateful random number that it multiplies by zero:
+  the same math, but a step the op cannot recompute, so dynamic_rnn runs it
+  under ordinary autodiff (the fallback of tf_keras's DropoutWrapper)."""
+
+  def __call__(self, inputs, state):
+    output, (h, c) = super().__call__(inputs, state)
+    return output, (h + 0.0 * tf.random.uniform([], dtype=h.dtype), c)
+
+
 def make_cell(kind):
   if kind == "lstm":  # Fast path: the layers' chunked loop.
     return keras.layers.LSTMCell(H, dtype=F64)
@@ -92,12 +102,14 @@ def make_cell(kind):
     return TupleCell()
   if kind == "nested":
     return TupleCell(nested_inputs=True)
+  if kind == "noisy":  # Ordinary autodiff.
+    return NoisyCell()
   raise ValueError(kind)
 
 
 def cell_variables(cell):
   """The cell's trainable tf.Variables (Keras's wrap one in `.value`)."""
-  if isinstance(cell, TupleCell):
+  if isinstance(cell, TupleCell):  # NoisyCell too.
     return list(cell.variables)
   return [v.value for v in cell.trainable_variables]
 
@@ -182,7 +194,7 @@ def check_against_unroll(mode, kind, lengths, time_major, seq_len=5):
 
 
 ALL_CELLS = ["lstm", "gru", "simple", "lstm_relu", "stacked", "user", "tuple",
-             "nested"]
+             "nested", "noisy"]
 
 
 @pytest.mark.parametrize("kind", ALL_CELLS)
@@ -192,7 +204,7 @@ def test_matches_unroll_every_cell(kind, lengths, time_major):
   check_against_unroll("function", kind, lengths, time_major)
 
 
-@pytest.mark.parametrize("kind", ["lstm", "simple", "tuple", "user"])
+@pytest.mark.parametrize("kind", ["lstm", "simple", "tuple", "user", "noisy"])
 @pytest.mark.parametrize("mode", ["eager", "xla", "tf1"])
 def test_matches_unroll_every_mode(mode, kind):
   check_against_unroll(mode, kind, [5, 2, 5], False)
@@ -209,6 +221,24 @@ def test_matches_unroll_lengths_all_equal_and_zero(kind, lengths):
 def test_zero_and_one_steps(kind, seq_len):
   check_against_unroll("function", kind, [seq_len] * B, True, seq_len=seq_len)
   check_against_unroll("eager", kind, None, False, seq_len=seq_len)
+
+
+def test_unrecomputable_cells_fall_back_to_autodiff(monkeypatch):
+  """A cell drawing stateful random numbers (and a TensorArray state) runs
+  under ordinary autodiff, logging why once; any other cell stays on the
+  op."""
+  fallbacks, logged = [], []
+  real = dynamic._autodiff
+  monkeypatch.setattr(dynamic, "_autodiff",
+                      lambda *a: fallbacks.append(a[-1]) or real(*a))
+  monkeypatch.setattr(dynamic, "_warned", set())
+  monkeypatch.setattr(dynamic.logging, "warning",
+                      lambda *a: logged.append(a[0] % a[1:]))
+  for kind in ("noisy", "noisy", "tuple"):
+    cell, x, state0 = case(kind, 3)
+    tf_recurrent.dynamic_rnn(cell, x, initial_state=state0, time_major=True)
+  assert len(fallbacks) == 2 and "stateful random ops" in fallbacks[0]
+  assert len(logged) == 1 and "NoisyCell under ordinary autodiff" in logged[0]
 
 
 def test_unknown_time_and_batch_while_tracing():
@@ -330,6 +360,30 @@ def test_tf_invalid_sequence_length_shape(graph):
       run()
   else:
     run()
+
+
+def test_sequence_length_of_unknown_rank_checked_when_run():
+  """Issue 49 kind 1: TF1's lengths placeholder without a shape is taken,
+  its rank and length checked when the graph runs."""
+  with tf.Graph().as_default():
+    x = tf.compat.v1.placeholder(tf.float32, shape=(2, 3, 5))
+    lengths = tf.compat.v1.placeholder(tf.int64)
+    outputs, state = tf_recurrent.dynamic_rnn(
+        Plus1RNNCell(), x, sequence_length=lengths, dtype=tf.float32)
+    assert outputs.shape == (2, 3, 5) and state.shape == (2, 5)
+    with pytest.raises(ValueError, match="but saw float32 of unknown rank"):
+      tf_recurrent.dynamic_rnn(
+          Plus1RNNCell(), x, dtype=tf.float32,
+          sequence_length=tf.compat.v1.placeholder(tf.float32))
+    with tf.compat.v1.Session() as session:
+      feed = {x: np.zeros([2, 3, 5])}
+      got, _ = session.run((outputs, state), {lengths: [3, 1], **feed})
+      np.testing.assert_array_equal(got[:, :, 0], [[1, 1, 1], [1, 0, 0]])
+      for bad in ([[3, 1]], [3, 1, 2]):
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match="sequence_length must be a vector of "
+                           "length batch_size"):
+          session.run(outputs, {lengths: bad, **feed})
 
 
 def test_tf_batch_size_from_input():
@@ -584,10 +638,20 @@ def test_raw_rnn_seed_example_equals_dynamic_rnn(mode, kind, read_tensor_array):
 BUDGET = (6, 5, 7)  # Examples 0 and 2 stop on the predicate, at steps 2 and 6.
 
 
-def decoder_case():
+class NoisyMinimalRNNCell(MinimalRNNCell):
+  """MinimalRNNCell drawing a stateful random number times zero: raw_rnn
+  runs it under ordinary autodiff (its fallback), the same math."""
+
+  def call(self, inputs, states):
+    output, _ = super().call(inputs, states)
+    output = output + 0.0 * tf.random.uniform([], dtype=output.dtype)
+    return output, [output]
+
+
+def decoder_case(noisy=False):
   """A decoder feeding its output back, stopping per example once the output's
   first unit turns negative (or after a step budget)."""
-  cell = MinimalRNNCell(H, dtype=F64)
+  cell = (NoisyMinimalRNNCell if noisy else MinimalRNNCell)(H, dtype=F64)
   rng = np.random.default_rng(7)
   start = tf.constant(rng.normal(size=[B, H]), tf.float64)
   state0 = tf.constant(rng.normal(size=[B, H]), tf.float64)
@@ -624,13 +688,19 @@ def decoder_unroll(cell, start, state0, proj, budget=BUDGET):
 
 
 @pytest.mark.parametrize("mode", ["eager", "function", "tf1"])
-def test_raw_rnn_decoder_matches_unroll(mode):
-  outside = decoder_case() if mode != "tf1" else None
+@pytest.mark.parametrize("noisy", [False, True])
+def test_raw_rnn_decoder_matches_unroll(mode, noisy, monkeypatch):
+  """Also the fallback (noisy): ordinary autodiff's gradients equal too."""
+  fallbacks = []
+  real = dynamic._raw_autodiff
+  monkeypatch.setattr(dynamic, "_raw_autodiff",
+                      lambda *a: fallbacks.append(1) or real(*a))
+  outside = decoder_case(noisy) if mode != "tf1" else None
   if outside:
     outside[0].build((B, H))
 
   def build(watch):
-    cell, start, state0, proj, loop_fn = outside or decoder_case()
+    cell, start, state0, proj, loop_fn = outside or decoder_case(noisy)
     if not cell.built:
       cell.build((B, H))
     watch((start, state0, proj))
@@ -652,6 +722,7 @@ def test_raw_rnn_decoder_matches_unroll(mode):
     loss = weighted_sum(want, weights)
   want_grads = tape.gradient(loss, (start, state0, proj, cell_variables(cell)),
                              unconnected_gradients="zero")
+  assert bool(fallbacks) == noisy
   assert want[0].shape[0] == 6  # Example 2 stopped on the predicate.
   np.testing.assert_array_equal(np.abs(want[0][2:, 0]).sum(-1), 0)
   assert_all_close(values[:3], tf.nest.flatten(want), 1e-10)

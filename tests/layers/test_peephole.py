@@ -11,6 +11,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf_keras
 
 from conftest import GRAPH_MODES
 from conftest import loop_values_and_grads
@@ -150,10 +151,12 @@ def test_fused_float32_gradient_matches_float64(mode, recompute):
 
 
 def keras_weights(seed=5):
-  """Random weights in Keras's layout for a built cell of D inputs."""
+  """Random weights in Keras 2's layout for a built cell of D inputs: kernel,
+  recurrent kernel, bias, then the input, forget and output gates'
+  peephole weights."""
   rng = np.random.default_rng(seed)
   return [rng.normal(size=s).astype(np.float32) * 0.5
-          for s in ([D, 4 * H], [H, 4 * H], [4 * H], [3, H])]
+          for s in ([D, 4 * H], [H, 4 * H], [4 * H], [H], [H], [H])]
 
 
 def layer_pair(**cell_kwargs):
@@ -210,7 +213,7 @@ def test_layer_matches_keras_rnn_of_cell(mode, masked, cell_kwargs):
 
   got = values_and_grads(mode, build(ours))
   want = values_and_grads(mode, build(theirs))
-  assert len(got[1]) == 5  # x, kernel, recurrent kernel, bias, peephole.
+  assert len(got[1]) == 7  # x, kernel, recurrent kernel, bias, 3 peepholes.
   assert all(np.abs(g).max() > 1e-3 for g in want[1] + got[1])
   assert_close(got, want, 2e-5)
 
@@ -232,3 +235,56 @@ def test_keras_save_and_load(tmp_path):
   assert layer.get_config() == model.layers[-1].get_config()
   np.testing.assert_allclose(loaded(x), model(x), rtol=1e-6, atol=1e-6)
   del mask
+
+
+class Keras2PeepholeLSTMCell(tf_keras.layers.LSTMCell):
+  """Keras 2's `tf.keras.experimental.PeepholeLSTMCell` (which tf_keras no
+  longer ships): its three `[units]` peephole weights and its math
+  (`implementation=2`)."""
+
+  def build(self, input_shape):
+    super().build(input_shape)
+    for gate in ("input_gate", "forget_gate", "output_gate"):
+      setattr(self, f"{gate}_peephole_weights", self.add_weight(
+          shape=(self.units,), name=f"{gate}_peephole_weights",
+          initializer=self.kernel_initializer))
+
+  def _compute_carry_and_output_fused(self, z, c_tm1):
+    z0, z1, z2, z3 = z
+    i = self.recurrent_activation(z0 + self.input_gate_peephole_weights *
+                                  c_tm1)
+    f = self.recurrent_activation(z1 + self.forget_gate_peephole_weights *
+                                  c_tm1)
+    c = f * c_tm1 + i * self.activation(z2)
+    o = self.recurrent_activation(z3 + self.output_gate_peephole_weights * c)
+    return c, o
+
+
+def test_keras2_layout_loads(tmp_path):
+  """A Keras 2 model's weights load: set_weights(its get_weights()), its .h5
+  file, and the earlier one-[3, units] layout (issue 49)."""
+  x = layer_inputs()[0].numpy()
+  old = tf_keras.Sequential([tf_keras.layers.RNN(
+      Keras2PeepholeLSTMCell(H, implementation=2), return_sequences=True)])
+  old.build((None, T, D))
+  old.set_weights(keras_weights())
+  assert [w.name.split("/")[-1].split(":")[0] for w in old.weights][3:] == [
+      "input_gate_peephole_weights", "forget_gate_peephole_weights",
+      "output_gate_peephole_weights"]
+  want = old(x).numpy()
+  path = str(tmp_path / "keras2.h5")
+  old.save_weights(path)
+
+  def ours():
+    model = keras.Sequential([keras.Input((T, D)), tf_recurrent.PeepholeLSTM(
+        H, return_sequences=True)])
+    return model
+
+  by_weights, by_file = ours(), ours()
+  by_weights.set_weights(old.get_weights())
+  by_file.load_weights(path)
+  one_weight = ours()
+  k, u, b, p_i, p_f, p_o = keras_weights()
+  one_weight.layers[-1].set_weights([k, u, b, np.stack([p_i, p_f, p_o])])
+  for model in (by_weights, by_file, one_weight):
+    np.testing.assert_allclose(model(x), want, rtol=1e-5, atol=1e-5)

@@ -14,7 +14,12 @@ objects). Their backward pass keeps only the per-step states:
   on the engine's chunked loops (`tf_recurrent.engine`);
 * any other cell runs on `tf_recurrent.recurrent`, the cell recomputed step
   by step in the backward pass, its variables getting gradients through the
-  op's captured-variable support.
+  op's captured-variable support;
+* a cell the op cannot recompute (stateful random numbers, as tf_keras's
+  `DropoutWrapper` draws, or variable assignments) or whose state (or
+  `raw_rnn`'s `loop_state`) holds a TensorArray runs under ordinary
+  autodiff, as TensorFlow ran it (`_autodiff`), with one log line saying
+  that its memory saving is lost and why.
 
 `parallel_iterations` and `swap_memory` are accepted for compatibility; the
 op's loops run one step at a time and keep the per-step states in memory.
@@ -22,6 +27,7 @@ op's loops run one step at a time and keep the per-step states in memory.
 
 from typing import Any, Callable, Optional, Tuple
 
+from absl import logging
 import keras
 import tensorflow as tf
 
@@ -163,7 +169,7 @@ def bidirectional_dynamic_rnn(
   with _variable_scope(scope, "bidirectional_rnn"):
     if not time_major:
       inputs = structs.swap_batch_and_time(inputs, "inputs")
-    lengths = _check_sequence_length(sequence_length)
+    lengths = _check_sequence_length(sequence_length, _batch_size(inputs))
     with _variable_scope(None, "fw"):
       output_fw, state_fw = _dynamic(cell_fw, inputs, lengths,
                                      initial_state_fw, dtype,
@@ -212,8 +218,10 @@ def raw_rnn(cell: Any,
     loop_fn: `(time, cell_output, cell_state, loop_state) -> (finished,
       next_input, next_cell_state, emit_output, next_loop_state)`, called
       first with `time=0` and None for the rest; that call's results set the
-      initial state, the structure of the emitted outputs (`cell.output_size`
-      when its `emit_output` is None) and of `loop_state` (tensors only).
+      initial state, the structure, dtypes and per-example shapes of the
+      emitted outputs (`cell.output_size` when its `emit_output` is None)
+      and the structure of `loop_state` (tensors, or TensorArrays, which
+      run the loop under ordinary autodiff).
       Every later call must return the same structures. It is recomputed in
       the backward pass, so it must be free of side effects.
     parallel_iterations: Accepted for compatibility.
@@ -321,9 +329,30 @@ def _initial_state(cell: Any, batch: Any, dtype: Optional[tf.DType]) -> Any:
   return cell.zero_state(batch, dtype)
 
 
+def _to_tensors(struct: Any, name: str) -> Any:
+  """`structs.to_tensors`, TensorArray leaves kept (a cell's state may hold
+  them, as TensorFlow's tests' TensorArrayStateRNNCell does)."""
+  flat = tf.nest.flatten(struct)
+  arrays = {i: leaf for i, leaf in enumerate(flat)
+            if isinstance(leaf, tf.TensorArray)}
+  if not arrays:
+    return structs.to_tensors(struct, name)
+  converted = tf.nest.flatten(structs.to_tensors(
+      [leaf for i, leaf in enumerate(flat) if i not in arrays], name))
+  it = iter(converted)
+  return tf.nest.pack_sequence_as(
+      struct, [arrays[i] if i in arrays else next(it)
+               for i in range(len(flat))])
+
+
+def _has_arrays(struct: Any) -> bool:
+  return any(isinstance(leaf, tf.TensorArray)
+             for leaf in tf.nest.flatten(struct))
+
+
 def _check_initial_state(cell: Any, state: Any, name: str) -> Any:
   """`state` as tensors, one per leaf of `cell.state_size`, sizes matching."""
-  state = structs.to_tensors(state, name)
+  state = _to_tensors(state, name)
   sizes = tf.nest.flatten(cell.state_size)
   flat = tf.nest.flatten(state)
   if len(flat) != len(sizes):
@@ -331,6 +360,8 @@ def _check_initial_state(cell: Any, state: Any, name: str) -> Any:
         f"{name} must hold {len(sizes)} tensor(s), one per entry of the "
         f"cell's state_size={cell.state_size}; got {len(flat)}.")
   for path, size, leaf in zip(structs.leaf_paths(state, name), sizes, flat):
+    if isinstance(leaf, tf.TensorArray):
+      continue
     want = tf.TensorShape(size)
     got = leaf.shape[1:] if leaf.shape.rank else None
     if want.rank and got is not None and not got.is_compatible_with(want):
@@ -340,11 +371,20 @@ def _check_initial_state(cell: Any, state: Any, name: str) -> Any:
   return state
 
 
-def _build(cell: Any, step_shapes: Any):
-  """Creates the cell's variables once, outside the loop, from the shapes
-  (`TensorShape`s) of one step's inputs."""
+def _build(cell: Any, step_shapes: Any,
+           first_call: Optional[Callable[[], Any]] = None):
+  """Creates the cell's variables once, outside the loop: a Keras 3 cell's
+  from the shapes (`TensorShape`s) of one step's inputs; an RNNCell
+  object's (tf_keras's legacy cells, which create theirs on their first
+  call, a MultiRNNCell's layers included) by `first_call()`, a call whose
+  results are dropped, in the variable scope TensorFlow would use."""
   if getattr(cell, "built", True) or not callable(getattr(cell, "build",
                                                           None)):
+    return
+  if first_call is not None and not isinstance(cell, keras.layers.Layer):
+    for leaf in tf.nest.flatten(first_call()):
+      if hasattr(leaf, "mark_used"):  # A TensorArray written and dropped.
+        leaf.mark_used()
     return
   cell.build(tf.nest.map_structure(lambda s: tuple(s.as_list()), step_shapes))
 
@@ -360,6 +400,38 @@ def _call(cell: Any, x: Any, state: Any) -> Tuple[Any, Any]:
   return output, tf.nest.pack_sequence_as(state, flat)
 
 
+def _zero_step(inputs: Any) -> Any:
+  """Zeros shaped like one step of time-major inputs."""
+  def zeros(x):
+    step = tf.zeros(tf.shape(x)[1:], x.dtype)
+    step.set_shape(x.shape[1:])
+    return step
+  return tf.nest.map_structure(zeros, inputs)
+
+
+def _xla_steps(cell: Any):
+  """The op's `xla_steps` for a cell: "auto" (a step may run as one XLA
+  cluster) for a Keras 3 cell; False for an RNNCell object (tf_keras's
+  legacy cells), whose outputs then equal a static unroll of the same cell
+  bit for bit, as TensorFlow's tests assert of its dynamic_rnn (an XLA
+  cluster computes the same math with other rounding)."""
+  return "auto" if isinstance(cell, keras.layers.Layer) else False
+
+
+def _checked_call(cell: Any, x: Any, state: Any,
+                  zero_output: Any) -> Tuple[Any, Any]:
+  """`_call`, the output checked against the structure of `zero_output`
+  (zeros of `cell.output_size`)."""
+  output, new_state = _call(cell, x, state)
+  try:
+    tf.nest.assert_same_structure(output, zero_output, check_types=False)
+  except (ValueError, TypeError) as e:
+    raise ValueError(
+        f"The cell's output does not match its output_size="
+        f"{_output_size(cell)}: {e}") from None
+  return output, new_state
+
+
 def _variable_scope(scope: Any, default: str):
   return tf.compat.v1.variable_scope(scope or default)
 
@@ -373,15 +445,54 @@ def _check_inputs(inputs: Any) -> Any:
   return structs.to_tensors(inputs, "inputs")
 
 
-def _check_sequence_length(sequence_length: Any) -> Optional[tf.Tensor]:
+def _check_sequence_length(sequence_length: Any,
+                           batch: Any = None) -> Optional[tf.Tensor]:
+  """`sequence_length` as a `[batch]` int32 vector.
+
+  A rank or size only known when the graph runs (a TF1
+  `tf.compat.v1.placeholder(tf.int32)` without a shape, as TF1 code feeds
+  lengths) is checked then, as TensorFlow does, by asserts the lengths
+  depend on; a rank known now and other than 1 is an error now.
+  """
   if sequence_length is None:
     return None
   lengths = tf.convert_to_tensor(sequence_length)
-  if lengths.shape.rank != 1 or not lengths.dtype.is_integer:
+  rank = lengths.shape.rank
+  if not lengths.dtype.is_integer or rank not in (None, 1):
     raise ValueError(
         "sequence_length must be a vector of length batch_size, but saw "
         f"{structs.describe(lengths)}.")
+  static_batch = batch if isinstance(batch, int) else None
+  if rank is None or lengths.shape[0] is None:
+    checks = []
+    if rank is None:
+      checks.append(tf.debugging.assert_rank(
+          lengths, 1, message="sequence_length must be a vector of length "
+          "batch_size"))
+    if batch is not None:
+      checks.append(tf.debugging.assert_equal(
+          tf.size(lengths, out_type=tf.int32), tf.cast(batch, tf.int32),
+          message="sequence_length must be a vector of length batch_size "
+          "(the inputs' batch size)"))
+    with tf.control_dependencies(checks):
+      lengths = tf.identity(lengths)
+    lengths.set_shape([static_batch])
   return tf.cast(lengths, tf.int32)
+
+
+def _set_static_shapes(outputs: Any, state: Any, num_steps: Optional[int],
+                       batch: Any, state0: Any) -> None:
+  """What TensorFlow's dynamic_rnn states statically: outputs `[T, batch,
+  ...]` with T and batch those of the inputs' static shape, every final
+  state leaf shaped as its initial one (a while loop's shape invariant)."""
+  for leaf in tf.nest.flatten(outputs):
+    if leaf.shape.rank and leaf.shape.rank >= 2:
+      leaf.set_shape([num_steps, batch if isinstance(batch, int) else None] +
+                     [None] * (leaf.shape.rank - 2))
+  for leaf, leaf0 in zip(tf.nest.flatten(state), tf.nest.flatten(state0)):
+    if (isinstance(leaf, tf.Tensor) and isinstance(leaf0, tf.Tensor) and
+        leaf.shape.is_compatible_with(leaf0.shape)):
+      leaf.set_shape(leaf.shape.merge_with(leaf0.shape))
 
 
 def _batch_size(inputs: Any) -> Any:
@@ -411,26 +522,29 @@ def _output_dtype(dtype: Optional[tf.DType], state: Any) -> tf.DType:
 def _dynamic(cell, inputs, sequence_length, initial_state, dtype,
              state_name):
   """dynamic_rnn on time-major tensors inside the variable scope."""
-  lengths = _check_sequence_length(sequence_length)
   batch = _batch_size(inputs)
+  lengths = _check_sequence_length(sequence_length, batch)
   if initial_state is None:
     state0 = _initial_state(cell, batch, dtype)
   else:
     state0 = _check_initial_state(cell, initial_state, state_name)
-  state0 = structs.to_tensors(state0, state_name)
+  state0 = _to_tensors(state0, state_name)
+  tensors0 = [s for s in tf.nest.flatten(state0)
+              if not isinstance(s, tf.TensorArray)]
   num_steps = tf.nest.flatten(inputs)[0].shape[0]
   if lengths is not None:
     lengths_lib.check_sequence_length(
-        lengths, [s for s in tf.nest.flatten(state0) if s.shape.rank != 0],
-        inputs, num_steps)
-  _build(cell, tf.nest.map_structure(lambda x: x.shape[1:], inputs))
+        lengths, [s for s in tensors0 if s.shape.rank != 0], inputs,
+        num_steps)
+  _build(cell, tf.nest.map_structure(lambda x: x.shape[1:], inputs),
+         lambda: _call(cell, _zero_step(inputs), state0))
   fast = None
-  if num_steps != 0:
+  if num_steps != 0 and not _has_arrays(state0):
     fast = _fast(cell, inputs, lengths, state0)
-  if fast is not None:
-    return fast
-  return _generic(cell, inputs, lengths, state0,
-                  _output_dtype(dtype, state0))
+  outputs, state = fast or _generic(cell, inputs, lengths, state0,
+                                    _output_dtype(dtype, state0))
+  _set_static_shapes(outputs, state, num_steps, batch, state0)
+  return outputs, state
 
 
 def _fast(cell, inputs, lengths, state0):
@@ -448,7 +562,20 @@ def _fast(cell, inputs, lengths, state0):
 
 
 def _generic(cell, inputs, lengths, state0, output_dtype):
-  """Any cell on the op: states and output carried, outputs accumulated."""
+  """Any cell on the op: states and output carried, outputs accumulated;
+  under ordinary autodiff (`_autodiff`) a cell the op cannot recompute."""
+  if _has_arrays(state0):
+    return _autodiff(cell, inputs, lengths, state0, output_dtype,
+                     "its state holds a TensorArray, which the op's "
+                     "per-step states cannot keep")
+  try:
+    return _on_op(cell, inputs, lengths, state0, output_dtype)
+  except op.UnrecomputableStepError as e:
+    return _autodiff(cell, inputs, lengths, state0, output_dtype, str(e))
+
+
+def _on_op(cell, inputs, lengths, state0, output_dtype):
+  """`_generic` on the op, whose backward pass keeps the per-step states."""
   flat0 = tf.nest.flatten(state0)
   # A state leaf without a batch axis (a step counter, say) is carried per
   # example while on the op; it advances while any example runs, so the
@@ -472,13 +599,8 @@ def _generic(cell, inputs, lengths, state0, output_dtype):
 
   def cell_fn(theta, state, x):
     del theta
-    output, new_state = _call(cell, x, unpack(state["cell"]))
-    try:
-      tf.nest.assert_same_structure(output, zero_output, check_types=False)
-    except (ValueError, TypeError) as e:
-      raise ValueError(
-          f"The cell's output does not match its output_size={output_size}: "
-          f"{e}") from None
+    output, new_state = _checked_call(cell, x, unpack(state["cell"]),
+                                      zero_output)
     new_flat = tf.nest.flatten(new_state)
     if longest is not None:
       new_flat = [tf.fill(tf.reshape(batch, [1]), s) if u else s
@@ -490,8 +612,80 @@ def _generic(cell, inputs, lengths, state0, output_dtype):
               "output": tf.nest.map_structure(lambda _: True, zero_output)}
   acc, final = op.recurrent({}, start, inputs, cell_fn,
                             sequence_length=lengths,
-                            accumulate_state=per_step)
+                            accumulate_state=per_step,
+                            xla_steps=_xla_steps(cell))
   return acc["output"], unpack(final["cell"])
+
+
+_warned = set()
+
+
+def _warn_autodiff(function: str, cell: Any, reason: str):
+  """The fallback's one log line, once per function, cell class and reason."""
+  key = (function, type(cell).__name__, reason)
+  if key in _warned:
+    return
+  _warned.add(key)
+  logging.warning(
+      "tf_recurrent.%s runs %s under ordinary autodiff, without the memory "
+      "saving of keeping only the per-step states: %s", function,
+      type(cell).__name__, reason)
+
+
+def _autodiff(cell, inputs, lengths, state0, output_dtype, reason):
+  """dynamic_rnn as TensorFlow runs it: a `tf.while_loop` over time whose
+  gradient is TensorFlow's own, keeping every step's intermediates.
+
+  For the cells the op cannot run with its recomputing gradient: a cell
+  drawing stateful random numbers (tf_keras's `DropoutWrapper`), whose
+  draws a recomputed step would not repeat, and a cell whose state holds a
+  TensorArray. Past `sequence_length[b]` the state is copied through and
+  the outputs are zeros; a state leaf without a batch axis (or a
+  TensorArray) advances while any example runs, as in TensorFlow.
+  """
+  _warn_autodiff("dynamic_rnn", cell, reason)
+  flat_inputs = tf.nest.flatten(inputs)
+  steps = flat_inputs[0].shape[0]
+  if steps is None:
+    steps = tf.shape(flat_inputs[0])[0]
+  batch = _batch_size(inputs)
+  zero_output = _zeros(_output_size(cell), batch, output_dtype)
+  flat_zero = tf.nest.flatten(zero_output)
+  input_arrays = [
+      tf.TensorArray(x.dtype, size=steps, element_shape=x.shape[1:]).unstack(x)
+      for x in flat_inputs]
+  output_arrays = [tf.TensorArray(z.dtype, size=steps, element_shape=z.shape)
+                   for z in flat_zero]
+  # TensorFlow's bound: steps past the longest example change nothing but
+  # the unbatched leaves, which stop with it (after at least one step).
+  bound = steps if lengths is None else tf.minimum(
+      steps, tf.maximum(1, tf.reduce_max(lengths)))
+
+  def body(t, state, arrays):
+    x = tf.nest.pack_sequence_as(inputs, [a.read(t) for a in input_arrays])
+    output, new_state = _checked_call(cell, x, state, zero_output)
+    ran = tf.less(t, bound)
+
+    def carry(old, new):
+      if isinstance(new, tf.TensorArray):
+        return new
+      new = tf.convert_to_tensor(new)
+      if lengths is not None and new.shape.rank:
+        return masks.select(tf.less(t, lengths), new, old)
+      return tf.where(ran, new, old)
+
+    new_state = tf.nest.map_structure(carry, state, new_state)
+    running = ran if lengths is None else tf.less(t, lengths)
+    rows = [masks.zero_where_off(running, o) if lengths is not None else o
+            for o in tf.nest.flatten(output)]
+    return t + 1, new_state, [a.write(t, r) for a, r in zip(arrays, rows)]
+
+  _, final, arrays = tf.while_loop(
+      lambda t, *_: tf.less(t, steps), body, (0, state0, output_arrays),
+      maximum_iterations=steps)
+  outputs = tf.nest.pack_sequence_as(zero_output,
+                                     [a.stack() for a in arrays])
+  return outputs, final
 
 
 # raw_rnn.
@@ -512,18 +706,22 @@ def _raw(cell, loop_fn):
     emit0 = _zeros(_output_size(cell), batch,
                    tf.nest.flatten(state0)[0].dtype)
   else:
-    emit0 = tf.nest.map_structure(tf.zeros_like,
+    # At time 0 emit_output gives the structure, dtypes and per-example
+    # shapes of what is emitted (as in TensorFlow), not a batch of it.
+    def zero_rows(e):
+      size = (e.shape.as_list() if e.shape.is_fully_defined() else
+              tf.shape(e, out_type=tf.int32))
+      if isinstance(batch, int) and isinstance(size, list):
+        return tf.zeros([batch] + size, e.dtype)
+      return tf.zeros(tf.concat([tf.reshape(batch, [1]), size], 0), e.dtype)
+
+    emit0 = tf.nest.map_structure(zero_rows,
                                   structs.to_tensors(emit0, "emit_output"))
   has_loop_state = loop_state0 is not None
   if has_loop_state:
-    for leaf in tf.nest.flatten(loop_state0):
-      if isinstance(leaf, tf.TensorArray):
-        raise TypeError(
-            "loop_state holds a TensorArray; tf_recurrent.raw_rnn carries "
-            "loop_state through the op, which takes tensors only. Carry a "
-            "tensor (or write to a TensorArray after the loop).")
-    loop_state0 = structs.to_tensors(loop_state0, "loop_state")
-  _build(cell, tf.nest.map_structure(lambda x: x.shape, next_input))
+    loop_state0 = _to_tensors(loop_state0, "loop_state")
+  _build(cell, tf.nest.map_structure(lambda x: x.shape, next_input),
+         lambda: _call(cell, next_input, state0))
   start = {"time": time0, "finished": finished, "input": next_input,
            "state": state0, "emit": emit0,
            "loop_state": loop_state0 if has_loop_state else ()}
@@ -553,8 +751,7 @@ def _raw(cell, loop_fn):
           "loop_fn returned a next_loop_state after returning None at "
           "time=0; return the initial loop_state at time=0.")
     new["input"] = tf.nest.map_structure(tf.convert_to_tensor, new["input"])
-    new["loop_state"] = tf.nest.map_structure(tf.convert_to_tensor,
-                                              new["loop_state"])
+    new["loop_state"] = _to_tensors(new["loop_state"], "next_loop_state")
     done = s["finished"]
     new["state"] = masks.select_structure(done, s["state"], new["state"])
     new["emit"] = tf.nest.map_structure(
@@ -562,6 +759,10 @@ def _raw(cell, loop_fn):
     new["finished"] = tf.logical_or(done, next_finished)
     return new
 
+  if _has_arrays(start["loop_state"]):
+    return _raw_autodiff(cell, start, step, emit0, has_loop_state,
+                         "its loop_state holds a TensorArray, which the op's "
+                         "per-step states cannot keep")
   # No maximum is given: count the steps on a forward-only loop first.
   counted = tf.while_loop(
       lambda s: tf.logical_not(tf.reduce_all(s["finished"])), lambda s: (
@@ -574,15 +775,46 @@ def _raw(cell, loop_fn):
 
   per_step = tf.nest.map_structure(lambda _: False, start)
   per_step["emit"] = tf.nest.map_structure(lambda _: True, emit0)
-  acc, final = op.recurrent({}, start, tf.range(num_steps), cell_fn,
-                            accumulate_state=per_step)
+  try:
+    acc, final = op.recurrent({}, start, tf.range(num_steps), cell_fn,
+                              accumulate_state=per_step)
+  except op.UnrecomputableStepError as e:
+    return _raw_autodiff(cell, start, step, emit0, has_loop_state, str(e))
 
   def to_array(rows):
     return tf.TensorArray(rows.dtype, size=num_steps,
                           element_shape=rows.shape[1:]).unstack(rows)
 
   emit_ta = tf.nest.map_structure(to_array, acc["emit"])
-  return (emit_ta, final["state"],
+  final_loop_state = final["loop_state"] if has_loop_state else None
+  if has_loop_state and not any(
+      structs.is_differentiable(leaf.dtype)
+      for leaf in tf.nest.flatten(final_loop_state)):
+    # A loop_state without float leaves has no gradient to carry: take it
+    # from the counting loop, a plain while loop that a TF1 Session fetching
+    # only loop_state runs without the cell (as TensorFlow's raw_rnn loop).
+    final_loop_state = counted[0]["loop_state"]
+  return emit_ta, final["state"], final_loop_state
+
+
+def _raw_autodiff(cell, start, step, emit0, has_loop_state, reason):
+  """raw_rnn as TensorFlow runs it, a `tf.while_loop` differentiated by
+  TensorFlow (see `_autodiff`): for a loop_state holding a TensorArray, or
+  a cell drawing stateful random numbers."""
+  _warn_autodiff("raw_rnn", cell, reason)
+  arrays = [tf.TensorArray(e.dtype, size=0, dynamic_size=True,
+                           element_shape=e.shape)
+            for e in tf.nest.flatten(emit0)]
+
+  def body(s, arrays):
+    new = step(s)
+    return new, [a.write(s["time"], e)
+                 for a, e in zip(arrays, tf.nest.flatten(new["emit"]))]
+
+  final, arrays = tf.while_loop(
+      lambda s, _: tf.logical_not(tf.reduce_all(s["finished"])), body,
+      (start, arrays))
+  return (tf.nest.pack_sequence_as(emit0, arrays), final["state"],
           final["loop_state"] if has_loop_state else None)
 
 

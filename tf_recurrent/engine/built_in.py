@@ -169,7 +169,10 @@ def _sequence_weights(cell, spec: BuiltInCell) -> Dict[str, tf.Tensor]:
   else:
     weights["bias"] = bias
   for name, variable in spec.extra_weights(cell).items():
-    weights[name] = _variable_dtype_value(variable)
+    if isinstance(variable, (list, tuple)):  # Rows kept as weights apart.
+      weights[name] = tf.stack([_variable_dtype_value(v) for v in variable])
+    else:
+      weights[name] = _variable_dtype_value(variable)
   return weights
 
 

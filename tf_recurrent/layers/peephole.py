@@ -1,8 +1,11 @@
 """The peephole LSTM (Gers & Schmidhuber 2000), a cell Keras 3 no longer ships.
 
 `PeepholeLSTMCell` is Keras's `LSTMCell` with diagonal peephole weights
-`peephole` `[3, units]` (rows p_i, p_f, p_o), as Keras 2's and TF Addons'
-`PeepholeLSTMCell`:
+p_i, p_f, p_o, three `[units]` weights in Keras 2's and TF Addons' layout
+(`input_gate_peephole_weights`, `forget_gate_peephole_weights`,
+`output_gate_peephole_weights`, after the kernel, recurrent kernel and bias),
+so `set_weights(keras2_model.get_weights())` and a Keras 2 `.h5` file load;
+`peephole` is them stacked `[3, units]`:
 
     i = sigmoid(x W_i + h U_i + b_i + p_i * c_prev)
     f = sigmoid(x W_f + h U_f + b_f + p_f * c_prev)
@@ -18,6 +21,7 @@ gradient, like `tf_recurrent.LSTM`.
 
 import keras
 from keras import ops
+import numpy as np
 
 from tf_recurrent.engine import built_in
 from tf_recurrent.layers import cell_layers
@@ -29,9 +33,12 @@ class PeepholeLSTMCell(keras.layers.LSTMCell):
 
   Takes the arguments of `keras.layers.LSTMCell`, plus
   `peephole_initializer` (default "glorot_uniform"), `peephole_regularizer`
-  and `peephole_constraint` for the `peephole` weight `[3, units]`, whose
-  rows p_i, p_f, p_o scale c_prev in the input and forget gates and the new
-  c in the output gate.
+  and `peephole_constraint` for the peephole weights p_i, p_f, p_o (Keras
+  2's `input_gate_peephole_weights`, `forget_gate_peephole_weights`,
+  `output_gate_peephole_weights`, each `[units]`; `peephole` stacks them),
+  which scale c_prev in the input and forget gates and the new c in the
+  output gate. `set_weights` and loading also take the earlier layout of
+  one `[3, units]` weight.
 
   Example:
 
@@ -55,11 +62,36 @@ class PeepholeLSTMCell(keras.layers.LSTMCell):
 
   def build(self, input_shape):
     super().build(input_shape)
-    self.peephole = self.add_weight(
-        shape=(3, self.units), name="peephole",
-        initializer=self.peephole_initializer,
-        regularizer=self.peephole_regularizer,
-        constraint=self.peephole_constraint)
+    self.peephole_weights = [
+        self.add_weight(shape=(self.units,), name=f"{gate}_peephole_weights",
+                        initializer=self.peephole_initializer,
+                        regularizer=self.peephole_regularizer,
+                        constraint=self.peephole_constraint)
+        for gate in ("input_gate", "forget_gate", "output_gate")]
+    (self.input_gate_peephole_weights, self.forget_gate_peephole_weights,
+     self.output_gate_peephole_weights) = self.peephole_weights
+
+  @property
+  def peephole(self):
+    """p_i, p_f, p_o stacked: `[3, units]`."""
+    return ops.stack([p.value for p in self.peephole_weights])
+
+  def _one_peephole_weight(self, weights):
+    """`weights` in Keras 2's layout when they hold the earlier layout's one
+    `[3, units]` peephole weight last, else as they are."""
+    weights = list(weights)
+    if (len(weights) == len(self.weights) - 2 and
+        tuple(np.shape(weights[-1])) == (3, self.units)):
+      return weights[:-1] + list(np.asarray(weights[-1]))
+    return weights
+
+  def set_weights(self, weights):
+    super().set_weights(self._one_peephole_weight(weights))
+
+  def load_own_variables(self, store):
+    values = [store[str(i)] for i in range(len(store.keys()))]
+    values = self._one_peephole_weight(values)
+    super().load_own_variables({str(i): v for i, v in enumerate(values)})
 
   def _compute_carry_and_output(self, x, h_tm1, c_tm1):
     """(c, o) with `implementation=1` (per-gate inputs and h)."""
@@ -76,7 +108,7 @@ class PeepholeLSTMCell(keras.layers.LSTMCell):
 
   def _carry_and_output(self, z, c_tm1):
     z_i, z_f, z_c, z_o = z
-    p_i, p_f, p_o = self.peephole[0], self.peephole[1], self.peephole[2]
+    p_i, p_f, p_o = self.peephole_weights
     i = self.recurrent_activation(z_i + p_i * c_tm1)
     f = self.recurrent_activation(z_f + p_f * c_tm1)
     c = f * c_tm1 + i * self.activation(z_c)
@@ -90,7 +122,8 @@ class PeepholeLSTMCell(keras.layers.LSTMCell):
 
 built_in.BUILT_IN_CELLS[PeepholeLSTMCell] = built_in.BuiltInCell(
     lambda cell: "peephole_lstm", built_in.KERAS_GATES,
-    extra_weights=lambda cell: {"peephole": cell.peephole})
+    # A list of the three variables: the engine reads and stacks them.
+    extra_weights=lambda cell: {"peephole": cell.peephole_weights})
 
 @keras.saving.register_keras_serializable(package="tf_recurrent")
 class PeepholeLSTM(cell_layers.CellLayer):
@@ -117,3 +150,8 @@ class PeepholeLSTM(cell_layers.CellLayer):
 
   cell_class = PeepholeLSTMCell
   cell_name = "peephole_lstm_cell"
+
+  def set_weights(self, weights):
+    """Keras 2's layout (three `[units]` peephole weights), or the earlier
+    one `[3, units]` weight."""
+    super().set_weights(self.cell._one_peephole_weight(weights))  # pylint: disable=protected-access

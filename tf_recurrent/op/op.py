@@ -35,6 +35,13 @@ _EAGER_CACHE_SIZE = 32
 _eager_cache: "collections.OrderedDict[Any, Any]" = collections.OrderedDict()
 
 
+class UnrecomputableStepError(ValueError):
+  """`cell_fn` draws from stateful random ops or assigns to variables, and no
+  `cell_grad` is given: the default gradient, which recomputes each step,
+  would see other values. (A ValueError; `tf_recurrent.dynamic_rnn` catches
+  it to run such a cell under ordinary autodiff.)"""
+
+
 def recurrent(theta: Any,
               state0: Any,
               inputs: Any,
@@ -338,13 +345,13 @@ def _check_max_input_length(max_input_length, static_length):
 def _check_gradient_is_computable(step: probe_lib.StepProbe, cell_grad):
   """Rejects cells whose gradient the op would get wrong."""
   if cell_grad is None and step.stateful_random_ops:
-    raise ValueError(
+    raise UnrecomputableStepError(
         "cell_fn uses stateful random ops "
         f"{step.stateful_random_ops[:3]}; the default gradient recomputes each "
         "step and would draw different numbers. Use tf.random.stateless_* ops "
         "seeded with tf_recurrent.step_seed(), or pass a cell_grad.")
   if cell_grad is None and step.variable_writes:
-    raise ValueError(
+    raise UnrecomputableStepError(
         f"cell_fn assigns to variables {step.variable_writes[:3]}; the default "
         "gradient recomputes each step and would repeat the assignment and "
         "see other values. Keep cell_fn free of side effects (draw random "

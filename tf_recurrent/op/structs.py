@@ -85,7 +85,10 @@ def describe(value: Any) -> str:
   if shape is None or dtype is None:
     return type(value).__name__
   dtype_name = getattr(dtype, "name", str(dtype))
-  return f"{dtype_name}{list(tf.TensorShape(shape).as_list()) if tf.TensorShape(shape).rank is not None else '[?]'}"
+  shape = tf.TensorShape(shape)
+  if shape.rank is None:
+    return f"{dtype_name} of unknown rank"
+  return f"{dtype_name}{shape.as_list()}"
 
 
 def check_same_structure(expected: Any, actual: Any, expected_name: str,
