@@ -6,7 +6,7 @@ case's name, logic, shapes, seeds and tolerances kept. As in the original,
 every run is a TF1 graph with a Session, the lengths fed to an int32
 placeholder of unknown rank, and tf.compat.v1.nn.dynamic_rnn /
 bidirectional_dynamic_rnn is the reference; the cells are tf_keras's legacy
-cells (tests/tf_peers.py). (`np.int`, gone from NumPy, is `int`.)
+cells (tests/compat/tf_peers.py). (`np.int`, gone from NumPy, is `int`.)
 """
 
 import keras

@@ -3,7 +3,7 @@
 run against tf_recurrent.dynamic_rnn: each case's name, logic, shapes, seeds
 and tolerances kept, in the modes its decorators name (run_v1_only becomes
 run_deprecated_v1: a TF1 graph with a Session). The cells are the
-original's, on tf_keras's legacy RNNCell (tests/tf_peers.py).
+original's, on tf_keras's legacy RNNCell (tests/compat/tf_peers.py).
 
 Not ported (they call no function of ours): testCellGetInitialState,
 testCellsBuild, testBasicLSTMCellInterchangeWithLSTMCell, the benchmarks.

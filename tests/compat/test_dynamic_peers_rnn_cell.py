@@ -4,7 +4,7 @@ bidirectional_dynamic_rnn or raw_rnn, run against tf_recurrent's: each
 case's name, logic, shapes, seeds and tolerances kept (assertAllEqual stays
 exact), in the modes its decorators name (run_v1_only becomes
 run_deprecated_v1: a TF1 graph with a Session), with tf_keras's legacy cells
-(tests/tf_peers.py). static_rnn, static_bidirectional_rnn and
+(tests/compat/tf_peers.py). static_rnn, static_bidirectional_rnn and
 static_state_saving_rnn, the references, stay tf.compat.v1.nn's.
 
 Not ported: the cases that call none of these functions; and the four
