@@ -125,7 +125,7 @@ def convert(converter: tf.lite.TFLiteConverter) -> bytes:
     ValueError: When a fused op the converter made from a projected LSTM
       cannot be matched to its projection.
 
-  Example (a Keras model's, as in the README's "Deploy to TFLite":
+  Example (a Keras model's, as in docs/export.md's "Deploy to TFLite":
   `convert(tf.lite.TFLiteConverter.from_keras_model(model))`; any
   converter works, this one runs on every TensorFlow the package supports):
 
