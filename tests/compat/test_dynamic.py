@@ -241,6 +241,30 @@ def test_unrecomputable_cells_fall_back_to_autodiff(monkeypatch):
   assert len(logged) == 1 and "NoisyCell under ordinary autodiff" in logged[0]
 
 
+def test_fallback_loops_run_steps_one_by_one():
+  """The autodiff fallback's loops run one step at a time (TensorFlow's
+  default lets 32 run ahead): a step's random draw does not depend on the
+  state, so steps running ahead would take the seeded stream's numbers in
+  scheduling order, and a seeded DropoutWrapper would not reproduce."""
+  with tf.Graph().as_default() as graph:
+    cell, x, state0 = case("noisy", 3)
+    tf_recurrent.dynamic_rnn(cell, x, initial_state=state0, time_major=True)
+
+    def loop_fn(time, output, state, loop_state):
+      del output, loop_state
+      state = state0 if state is None else state
+      return (tf.fill([B], time >= 3), x[0], state, None, None)
+
+    tf_recurrent.raw_rnn(NoisyCell(), loop_fn)
+  def draws(loop):
+    body = graph._get_function(loop.get_attr("body").name)  # pylint: disable=protected-access
+    return any(node.op == "RandomUniform" for node in body.definition.node_def)
+
+  loops = [o for o in graph.get_operations()
+           if o.type in ("While", "StatelessWhile") and draws(o)]
+  assert [o.get_attr("parallel_iterations") for o in loops] == [1, 1, 1]
+
+
 def test_unknown_time_and_batch_while_tracing():
   cell, x, state0 = case("lstm", 6)
   lengths = tf.constant([6, 3, 0])

@@ -734,12 +734,6 @@ class DropoutWrapperTest(PeerTestCase):
         input_keep_prob=keep, output_keep_prob=keep, state_keep_prob=keep,
         wrapper_type=DropoutWrapper))
 
-  # Open (stop 52): after tests/compat/test_dynamic.py in the same process
-  # the second seeded run draws other numbers (1.339 against 1.564); alone,
-  # after the other ports, or in a fresh process it passes. Not strict: the
-  # order pytest-xdist gives the files varies.
-  @pytest.mark.xfail(strict=False, reason="order-dependent seeded draws, "
-                     "open: see the comment above")
   def testDropoutWrapperWithSeed(self):
     keep_some = 0.5
     results = []

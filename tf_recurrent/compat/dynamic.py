@@ -21,8 +21,9 @@ objects). Their backward pass keeps only the per-step states:
   autodiff, as TensorFlow ran it (`_autodiff`), with one log line saying
   that its memory saving is lost and why.
 
-`parallel_iterations` and `swap_memory` are accepted for compatibility; the
-op's loops run one step at a time and keep the per-step states in memory.
+`parallel_iterations` and `swap_memory` are accepted for compatibility; every
+loop here runs one step at a time (the fallback's too, so that a seeded
+cell's draws reproduce) and keeps the per-step states in memory.
 """
 
 from typing import Any, Callable, Optional, Tuple
@@ -619,6 +620,12 @@ def _on_op(cell, inputs, lengths, state0, output_dtype):
 
 _warned = set()
 
+# The loops here run one step at a time, as the op's do: a step's random
+# draw does not wait for the state, so steps running ahead (TensorFlow's
+# default lets 32) would take a seeded stream's numbers in whatever order
+# they were scheduled, and a seeded DropoutWrapper would not reproduce.
+_ONE_BY_ONE = 1
+
 
 def _warn_autodiff(function: str, cell: Any, reason: str):
   """The fallback's one log line, once per function, cell class and reason."""
@@ -682,7 +689,7 @@ def _autodiff(cell, inputs, lengths, state0, output_dtype, reason):
 
   _, final, arrays = tf.while_loop(
       lambda t, *_: tf.less(t, steps), body, (0, state0, output_arrays),
-      maximum_iterations=steps)
+      maximum_iterations=steps, parallel_iterations=_ONE_BY_ONE)
   outputs = tf.nest.pack_sequence_as(zero_output,
                                      [a.stack() for a in arrays])
   return outputs, final
@@ -766,7 +773,8 @@ def _raw(cell, loop_fn):
   # No maximum is given: count the steps on a forward-only loop first.
   counted = tf.while_loop(
       lambda s: tf.logical_not(tf.reduce_all(s["finished"])), lambda s: (
-          step(s),), (tf.nest.map_structure(tf.stop_gradient, start),))
+          step(s),), (tf.nest.map_structure(tf.stop_gradient, start),),
+      parallel_iterations=_ONE_BY_ONE)
   num_steps = tf.stop_gradient(counted[0]["time"])
 
   def cell_fn(theta, s, x):
@@ -813,7 +821,7 @@ def _raw_autodiff(cell, start, step, emit0, has_loop_state, reason):
 
   final, arrays = tf.while_loop(
       lambda s, _: tf.logical_not(tf.reduce_all(s["finished"])), body,
-      (start, arrays))
+      (start, arrays), parallel_iterations=_ONE_BY_ONE)
   return (tf.nest.pack_sequence_as(emit0, arrays), final["state"],
           final["loop_state"] if has_loop_state else None)
 
