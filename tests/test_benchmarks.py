@@ -216,6 +216,28 @@ def test_dynamic_rnn_benchmark_smoke(tmp_path):
   assert f"| {ours} | XLA | " in (tmp_path / "DYNAMIC_RNN.md").read_text()
 
 
+def test_seq2seq_benchmark_smoke(tmp_path):
+  """Both decoders in both modes, the beam-search row, and a memory slope."""
+  proc = subprocess.run(
+      [sys.executable, "-m", "benchmarks.bench_seq2seq", "--lengths=4",
+       "--memory_sources=5", "--memory_lengths=3,6", "--batch=2",
+       "--input=3", "--hidden=4", "--rounds=1", "--beam_width=2",
+       f"--out_dir={tmp_path}"],
+      capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  results = json.loads((tmp_path / "seq2seq.json").read_text())
+  ours, keras_rnn = ("tf_recurrent.RNN(AttentionWrapper)",
+                     "keras.layers.RNN(AttentionWrapper)")
+  assert [(r["name"], r["xla"]) for r in results["rows"]] == [
+      (ours, False), (keras_rnn, False), (ours, True), (keras_rnn, True)]
+  for row in results["rows"]:
+    assert row["ms_per_step"]["4"] > 0
+    assert None not in row["memory"]["5"]["peaks"]
+  assert set(results["beam_search"]) == {"TF", "XLA"}
+  assert all(v["4"] > 0 for v in results["beam_search"].values())
+  assert f"| {ours} | XLA | " in (tmp_path / "SEQ2SEQ.md").read_text()
+
+
 def test_configs_benchmark_smoke(tmp_path):
   """A masked layer and the user's cell (with its JAX peers) under XLA, the
   op under XLA and as a TF1 graph, all in one run. Memory, a fresh process
