@@ -36,14 +36,10 @@ class AttendOver(keras.layers.Layer):
     super().__init__(**kwargs)
     self.rnn = rnn
 
-  def _mechanisms(self):
-    mechanisms = self.rnn.cell._attention_mechanisms  # pylint: disable=protected-access
-    return mechanisms
-
   def call(self, inputs):
     x, memory = inputs if isinstance(inputs, (list, tuple)) else (inputs,
                                                                    inputs)
-    for mechanism in self._mechanisms():
+    for mechanism in self.rnn.cell.attention_mechanisms:
       mechanism.setup_memory(memory)
     return self.rnn(x)
 
@@ -146,8 +142,8 @@ def test_functional_model_saves_and_loads(layer_cls, kind, tmp_path):
   assert isinstance(cell, seq2seq.AttentionWrapper)
   # The reloaded mechanisms are the same kinds with the same settings.
   original = model.layers[-2].rnn.cell
-  assert [m.get_config() for m in cell._attention_mechanisms] == [  # pylint: disable=protected-access
-      m.get_config() for m in original._attention_mechanisms]  # pylint: disable=protected-access
+  assert [m.get_config() for m in cell.attention_mechanisms] == [
+      m.get_config() for m in original.attention_mechanisms]
 
 
 @pytest.mark.parametrize("wrapper_kwargs", [
@@ -232,7 +228,7 @@ def test_alignment_history_round_trips_for_dynamic_decode():
   assert clone.get_config()["alignment_history"] is True
 
   def decode(wrapper):
-    wrapper._attention_mechanisms[0].setup_memory(memory)  # pylint: disable=protected-access
+    wrapper.attention_mechanisms[0].setup_memory(memory)
     decoder = seq2seq.BasicDecoder(wrapper, seq2seq.TrainingSampler())
     inputs = tf.random.stateless_normal([BATCH, TARGET_STEPS, 2], seed=[3, 4])
     _, state, _ = decoder(inputs, initial_state=wrapper.get_initial_state(
@@ -256,7 +252,7 @@ def test_config_holds_no_tensors():
   config = cell.get_config()
   assert config["attention_mechanism"]["config"]["memory"] is None
   clone = seq2seq.AttentionWrapper.from_config(config)
-  assert not clone._attention_mechanisms[0].memory_initialized  # pylint: disable=protected-access
+  assert not clone.attention_mechanisms[0].memory_initialized
 
 
 def test_initial_cell_state_is_refused_in_config():

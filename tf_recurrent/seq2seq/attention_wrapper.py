@@ -286,6 +286,23 @@ class AttentionWrapper(keras.layers.Layer):
       size = tf.nest.flatten(self._cell.state_size)[0]
     return size
 
+  @property
+  def attention_mechanisms(self) -> List[attention_lib.AttentionMechanism]:
+    """The wrapper's mechanisms, a list (of one for a single mechanism).
+
+    A layer that sets the memory up in its `call` reaches them here (a
+    loaded model's wrapper has its own, deserialized ones).
+
+    Example:
+
+    >>> import keras
+    >>> mechanism = attention_lib.LuongAttention(4)
+    >>> wrapper = AttentionWrapper(keras.layers.LSTMCell(4), mechanism)
+    >>> wrapper.attention_mechanisms == [mechanism]
+    True
+    """
+    return list(self._attention_mechanisms)
+
   def _item_or_tuple(self, seq):
     t = tuple(seq)
     return t if self._is_multi else t[0]
