@@ -13,8 +13,9 @@ code (the `Encoder` and `Decoder` classes, `loss_function`, `train_step`,
 
 Keras 2 -> Keras 3 (unavoidable):
 
-1. `tf.keras.X` is `keras.X` (in TensorFlow 2.16 and later, `tf.keras` is
-   Keras 3 only when the `keras` package is; the script imports it).
+1. `tf.keras.X` is `keras.X`, Keras 3's own import: `tf_recurrent.seq2seq`
+   is Keras 3, and `tf.keras` is tf_keras (Keras 2) where
+   TF_USE_LEGACY_KERAS=1 is set.
 2. Keras 3 has no `keras.preprocessing.text.Tokenizer`: `Tokenizer` below
    is its subset the tutorial uses (`filters`, `oov_token`,
    `fit_on_texts`, `texts_to_sequences`, `sequences_to_texts`,
@@ -35,8 +36,13 @@ Other differences:
    same signature below (scikit-learn is no dependency).
 6. The sizes are flags, small by default (the tutorial: 30,000 examples,
    batch 64, embedding 256, 1024 units, 10 epochs), so the script runs
-   in a few minutes on 2 CPU cores; checkpoints go to --checkpoint_dir (a
+   in 1-2 minutes on 2 CPU cores; checkpoints go to --checkpoint_dir (a
    temporary directory by default) instead of ./training_checkpoints.
+   `main` runs the notebook's top-level cells in order (their globals
+   declared `global`, as the model code reads them), printing what the
+   notebook's cells displayed, after seeding Keras (--data_seed); it
+   translates sentences of the generated corpus's grammar (`SENTENCES`)
+   instead of the tutorial's, whose words are not in its vocabulary.
 7. The decoders in `evaluate_sentence` and `beam_evaluate_sentence` get
    `maximum_iterations=max_length_output`, and `beam_translate` cuts a
    beam at '<end>' only where it has one: the tutorial's unbounded loops

@@ -262,3 +262,32 @@ def test_initial_cell_state_is_refused_in_config():
       initial_cell_state=[tf.ones([BATCH, UNITS])] * 2)
   with pytest.raises(ValueError, match="initial_cell_state is a tensor"):
     cell.get_config()
+
+
+def test_deserialized_layer_has_its_weights_before_any_memory():
+  # The build config keeps each memory's depth: a deserialized recurrent
+  # layer (and a mechanism alone) creates every weight before its memory
+  # is set up, as load_model needs to assign them.
+  memory = tf.constant(np.random.default_rng(1).normal(size=[2, 6, 7]))
+  mechanism = seq2seq.BahdanauAttention(4, normalize=True, dtype="float64")
+  mechanism.setup_memory(memory)
+  layer = keras.layers.RNN(seq2seq.AttentionWrapper(
+      keras.layers.LSTMCell(5, dtype="float64"), mechanism,
+      attention_layer_size=3, dtype="float64"), return_sequences=True,
+                           dtype="float64")
+  x = tf.constant(np.random.default_rng(2).normal(size=[2, 4, 3]))
+  want = layer(x)
+  config = json.loads(json.dumps(keras.saving.serialize_keras_object(layer)))
+  assert config["config"]["cell"]["build_config"]["memory_depths"] == [7]
+  clone = keras.saving.deserialize_keras_object(config)
+  assert not clone.cell.attention_mechanisms[0].memory_initialized
+  assert [w.shape for w in clone.weights] == [w.shape for w in layer.weights]
+  assert {w.dtype for w in clone.weights} == {"float64"}
+  clone.set_weights(layer.get_weights())
+  clone.cell.attention_mechanisms[0].setup_memory(memory)
+  np.testing.assert_allclose(clone(x), want, rtol=1e-12)
+
+  alone = keras.saving.deserialize_keras_object(json.loads(json.dumps(
+      keras.saving.serialize_keras_object(mechanism))))
+  assert [w.shape for w in alone.weights] == [
+      w.shape for w in mechanism.weights]
