@@ -365,11 +365,10 @@ class AttentionWrapper(keras.layers.Layer):
     if not self._cell.built:
       self._cell.build(tuple([input_shape[0]] + cell_inputs.shape[1:].as_list()))
     out = self._cell_output_size()
-    initialized = all(m.memory_initialized for m in self._attention_mechanisms)
-    if initialized:
+    if all(m.memory_initialized for m in self._attention_mechanisms):
       self._check_query_depth(out)
     for i, mechanism in enumerate(self._attention_mechanisms):
-      if initialized:
+      if mechanism.memory_initialized:
         # The memory's time (the alignments' size) may be unknown: a shape.
         alignments = mechanism.alignments_size
         if not isinstance(alignments, tf.TensorShape):
