@@ -118,51 +118,44 @@ def assert_same_outputs(model, loaded, inputs):
   assert len(loaded.weights) == len(model.weights)
 
 
-# Every kind alone in Keras's RNN; all four in one wrapper in
-# tf_recurrent.RNN (whose eager calls trace the op anew per memory: one
-# model there keeps the file's time down).
-CASES = [(keras.layers.RNN, kind) for kind in KINDS[:4]] + [
-    (tf_recurrent_rnn, "several")]
+# Every kind alone in Keras's RNN, each with other wrapper options; all
+# four in one wrapper in tf_recurrent.RNN (whose eager calls trace the op
+# anew per memory: one model there keeps the file's time down).
+CASES = {
+    # No attention layer: the attention is the context.
+    "keras_rnn-luong-context": (keras.layers.RNN, "luong", dict()),
+    "keras_rnn-bahdanau-cell_output": (
+        keras.layers.RNN, "bahdanau",
+        dict(attention_layer_size=4, output_attention=False)),
+    "keras_rnn-luong_monotonic-attention_layer_and_cell_input_fn": (
+        keras.layers.RNN, "luong_monotonic",
+        dict(attention_layer=keras.layers.Dense(3, activation="tanh"),
+             cell_input_fn=halved_inputs)),
+    "keras_rnn-bahdanau_monotonic-attention_layer_size": (
+        keras.layers.RNN, "bahdanau_monotonic", dict(attention_layer_size=5)),
+    "tf_recurrent_rnn-several-attention_layer_sizes": (
+        tf_recurrent_rnn, "several", dict(attention_layer_size=[5, 3, 4, 2])),
+}
 
 
-@pytest.mark.parametrize("layer_cls,kind", CASES, ids=[
-    f"{'keras' if layer is keras.layers.RNN else 'tf_recurrent'}_rnn-{kind}"
-    for layer, kind in CASES])
-def test_functional_model_saves_and_loads(layer_cls, kind, tmp_path):
-  size = [5, 3, 4, 2] if kind == "several" else 5
-  model = functional_model(layer_cls, mechanisms(kind),
-                           attention_layer_size=size)
+@pytest.mark.parametrize("layer_cls,kind,wrapper_kwargs", CASES.values(),
+                         ids=CASES.keys())
+def test_functional_model_saves_and_loads(layer_cls, kind, wrapper_kwargs,
+                                          tmp_path):
+  model = functional_model(layer_cls, mechanisms(kind), **wrapper_kwargs)
   inputs = data()
   for weight in model.weights:  # Not the initial weights.
     weight.assign(weight + 0.1)
   loaded = save_and_load(model, tmp_path)
   assert_same_outputs(model, loaded, inputs)
-  cell = loaded.layers[-2].rnn.cell
   assert type(loaded.layers[-2].rnn) is type(model.layers[-2].rnn)
+  cell = loaded.layers[-2].rnn.cell
   assert isinstance(cell, seq2seq.AttentionWrapper)
-  # The reloaded mechanisms are the same kinds with the same settings.
-  original = model.layers[-2].rnn.cell
-  assert [m.get_config() for m in cell.attention_mechanisms] == [
-      m.get_config() for m in original.attention_mechanisms]
-
-
-@pytest.mark.parametrize("wrapper_kwargs", [
-    dict(),  # No attention layer: the attention is the context.
-    dict(attention_layer_size=4, output_attention=False),
-    dict(attention_layer=keras.layers.Dense(3, activation="tanh"),
-         cell_input_fn=halved_inputs),
-], ids=["context", "cell_output", "attention_layer_and_cell_input_fn"])
-def test_wrapper_options_survive(wrapper_kwargs, tmp_path):
-  model = functional_model(keras.layers.RNN, mechanisms("luong"),
-                           **wrapper_kwargs)
-  inputs = data()
-  loaded = save_and_load(model, tmp_path)
-  assert_same_outputs(model, loaded, inputs)
-  config = loaded.layers[-2].rnn.cell.get_config()
-  assert config["output_attention"] == wrapper_kwargs.get("output_attention",
-                                                          True)
-  # As JSON (a saved shape comes back a list, not a tuple).
-  assert json.loads(json.dumps(config)) == json.loads(json.dumps(
+  assert cell.get_config()["output_attention"] == wrapper_kwargs.get(
+      "output_attention", True)
+  # The same config: the mechanisms' kinds and settings, the options
+  # (compared as JSON: a saved shape comes back a list, not a tuple).
+  assert json.loads(json.dumps(cell.get_config())) == json.loads(json.dumps(
       model.layers[-2].rnn.cell.get_config()))
 
 
