@@ -278,11 +278,11 @@ def test_nmt_trains_and_translates_greedily():
   assert len(translations) == len(train_nmt.SENTENCES), out[-3000:]
   for sentence in train_nmt.SENTENCES:
     assert f"Input: {sentence}" in out
-  # Greedy decoding ends at '<end>' or at maximum_iterations, in words of
-  # the English vocabulary (never the padding's <OOV>).
+  # Greedy decoding ends at '<end>' or at maximum_iterations, its ids read
+  # as words of the English (target) vocabulary (ids 0 and 1 as <OOV>).
   english = {word for pair in train_nmt.synthetic_pairs(600)
              for word in pair[0].lower().replace(".", " .").replace(
-                 "?", " ?").split()} | {"<end>", "<start>"}
+                 "?", " ?").split()} | {"<end>", "<start>", "<OOV>"}
   words = [line.split("['")[1].rstrip("']").split() for line in translations]
   for line, translation in zip(translations, words):
     assert translation and set(translation) <= english, line
