@@ -1,6 +1,7 @@
 """The tpu_examples jobs: the TPU step under XLA, replicas agree with one
 device, two workers end equal, a killed job resumes, the char LM runs and
-its TFLite models compute what its SavedModel does."""
+its TFLite models compute what its SavedModel does, the NMT tutorial
+trains and translates."""
 
 import json
 import os
@@ -14,10 +15,12 @@ import pytest
 import tensorflow as tf
 
 from conftest import tflite_unavailable_reason
+from tf_recurrent import seq2seq
 from tf_recurrent import tflite
 from tpu_examples import strategy as strategy_lib
 from tpu_examples import train_adding
 from tpu_examples import train_char_lm
+from tpu_examples import train_nmt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = dict(hidden=8, seed=3, learning_rate=1e-2, global_batch=8)
@@ -248,3 +251,74 @@ def test_char_lm_tflite_models_match_the_saved_model(tflite_converter,
   for row in ("step.tflite", f"sequence.tflite (T={SEQ_LEN})",
               "step.tflite, dynamic range", "SavedModel step (TensorFlow)"):
     assert f"| {row} |" in table, table
+
+
+# The NMT tutorial (tpu_examples/train_nmt.py): tiny sizes, a few epochs.
+# Epochs after the first (its traces) take a fraction of a second.
+NMT = ["--num_examples=600", "--batch_size=32", "--units=32",
+       "--embedding_dim=16", "--epochs=8"]
+
+
+def nmt_epoch_losses(out):
+  """The tutorial's 'Epoch N Loss X' lines, in order."""
+  return [float(line.split()[-1]) for line in out.splitlines()
+          if line.startswith("Epoch ") and line.split()[2] == "Loss"]
+
+
+def test_nmt_trains_and_translates_greedily():
+  job = run_job("tpu_examples.train_nmt", *NMT, "--beam_width=0")
+  out = job.communicate(timeout=600)[0]
+  assert job.returncode == 0, out[-3000:]
+  losses = nmt_epoch_losses(out)
+  assert len(losses) == 8, out[-3000:]
+  assert all(b < a for a, b in zip(losses, losses[1:])), losses
+  assert losses[-1] < 0.8 * losses[0], losses
+  translations = [line for line in out.splitlines()
+                  if line.startswith("Predicted translation: ['")]
+  assert len(translations) == len(train_nmt.SENTENCES), out[-3000:]
+  for sentence in train_nmt.SENTENCES:
+    assert f"Input: {sentence}" in out
+  # Greedy decoding ends at '<end>' or at maximum_iterations, its ids read
+  # as words of the English (target) vocabulary (ids 0 and 1 as <OOV>).
+  english = {word for pair in train_nmt.synthetic_pairs(600)
+             for word in pair[0].lower().replace(".", " .").replace(
+                 "?", " ?").split()} | {"<end>", "<start>", "<OOV>"}
+  words = [line.split("['")[1].rstrip("']").split() for line in translations]
+  for line, translation in zip(translations, words):
+    assert translation and set(translation) <= english, line
+  assert any(len(translation) > 1 for translation in words), translations
+  assert "beam" not in out
+
+
+@pytest.mark.skipif(not hasattr(seq2seq, "BeamSearchDecoder"),
+                    reason="tf_recurrent.seq2seq has no BeamSearchDecoder yet")
+def test_nmt_translates_with_beam_search():
+  # The default --beam_width (3): the tutorial's beam_translate.
+  job = run_job("tpu_examples.train_nmt", *NMT)
+  out = job.communicate(timeout=600)[0]
+  assert job.returncode == 0, out[-3000:]
+  for sentence in train_nmt.SENTENCES[:2]:
+    assert out.count(f"Input: {sentence}") == 2  # Greedy, then the beams.
+  for rank in (1, 2, 3):
+    assert out.count(f"{rank} Predicted translation: ") == 2, out[-3000:]
+  assert "(1, 3, " in out  # The beams' ids: [batch, beam_width, time].
+
+
+def test_nmt_tokenizer_numbers_words_as_keras_2():
+  # Keras 3 has no keras.preprocessing.text.Tokenizer; the script's stands
+  # in for it: the same ids and texts as tf_keras's (Keras 2's).
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  dataset = train_nmt.NMTDataset()
+  texts = [dataset.preprocess_sentence(spanish)
+           for _, spanish in train_nmt.synthetic_pairs(300, seed=5)]
+  ours = train_nmt.Tokenizer(filters="", oov_token="<OOV>")
+  keras_2 = tf_keras.preprocessing.text.Tokenizer(filters="",
+                                                  oov_token="<OOV>")
+  for tokenizer in (ours, keras_2):
+    tokenizer.fit_on_texts(texts)
+  assert ours.word_index == keras_2.word_index
+  probe = texts[:20] + ["<start> el gato desconocido . <end>"]
+  sequences = ours.texts_to_sequences(probe)
+  assert sequences == keras_2.texts_to_sequences(probe)
+  padded = [s + [0] for s in sequences]  # Padding ids read as <OOV>.
+  assert ours.sequences_to_texts(padded) == keras_2.sequences_to_texts(padded)

@@ -244,6 +244,11 @@ class AttentionMechanism(keras.layers.Layer):
     self._alignments_size = None
     self._score_mask = None
     self._memory_initialized = False
+    # The memory's depth and the query's: what the weights' shapes depend
+    # on, kept (unlike the memory) in the build config, so that a loaded
+    # mechanism creates its weights before any memory is set up.
+    self._memory_depth = None
+    self._query_depth = None
     self._check_inner_dims_defined = True
     self._scoring_built = False
     self.supports_masking = True
@@ -264,11 +269,42 @@ class AttentionMechanism(keras.layers.Layer):
         shape = input_shape[0] if isinstance(input_shape, list) else input_shape
         self.memory_layer.build(tuple(shape))
       return
+    self._query_depth = tf.TensorShape(input_shape[0])[-1]
     if self.query_layer is not None and not self.query_layer.built:
       self.query_layer.build(tuple(input_shape[0]))
     if not self._scoring_built:
       self._build_scoring()
       self._scoring_built = True
+
+  def _build_without_memory(self, memory_depth: int,
+                            query_depth: Optional[int]) -> None:
+    """Creates the weights from the depths alone (no memory set up yet):
+    a loaded model's mechanisms, before their memory comes at its call."""
+    self._tracker.unlock()
+    self._memory_depth = memory_depth
+    if self.memory_layer is not None and not self.memory_layer.built:
+      self.memory_layer.build((None, None, memory_depth))
+    if query_depth is not None:
+      self._query_depth = query_depth
+      if self.query_layer is not None and not self.query_layer.built:
+        self.query_layer.build((None, query_depth))
+      if not self._scoring_built:
+        self._build_scoring()
+        self._scoring_built = True
+    self.built = True
+    self._lock_state()
+
+  def get_build_config(self):
+    """The depths the weights' shapes depend on (the memory is not config)."""
+    if self._memory_depth is None:
+      return None
+    return {"memory_depth": self._memory_depth,
+            "query_depth": self._query_depth}
+
+  def build_from_config(self, config):
+    if config and config.get("memory_depth") is not None:
+      self._build_without_memory(config["memory_depth"],
+                                 config.get("query_depth"))
 
   def _build_scoring(self):
     """Creates the mechanism's own weights."""
@@ -331,6 +367,7 @@ class AttentionMechanism(keras.layers.Layer):
       if values.dtype.is_floating and values.dtype != self.compute_dtype:
         values = tf.cast(values, self.compute_dtype)
       self.values = values
+      self._memory_depth = values.shape[-1]
       if self.memory_layer is not None:
         if not self.memory_layer.built:
           self.build(values.shape)

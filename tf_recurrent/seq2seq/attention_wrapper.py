@@ -18,6 +18,7 @@ included) in the backward pass.
 """
 
 import collections
+import functools
 from typing import Any, Callable, List, Optional, Union
 
 import keras
@@ -106,6 +107,7 @@ def _check_cell(cell):
                     f"state_size and call(inputs, states)); got {cell!r}.")
 
 
+@keras.saving.register_keras_serializable(package="tf_recurrent")
 class AttentionWrapper(keras.layers.Layer):
   """Wraps a Keras cell with attention over one or more mechanisms.
 
@@ -114,6 +116,16 @@ class AttentionWrapper(keras.layers.Layer):
   the aligned sum of the memory, and the attention is the context passed
   through an attention layer (`attention_layer_size` or `attention_layer`)
   with the cell's output, or the context itself.
+
+  Keras 3 saving (`model.save("x.keras")`, `keras.models.load_model`)
+  needs no `custom_objects`: the config holds the cell, the mechanisms
+  (their memory None), the attention layer sizes or layers and the
+  options; the build config holds each memory's depth, so a loaded wrapper
+  creates its weights before any memory is set up. The memory and
+  `initial_cell_state` are tensors, not config: set the memory up in a
+  layer's or model's `call` (`mechanism.setup_memory`), which then runs in
+  the loaded model too; a wrapper given `initial_cell_state` refuses
+  `get_config` (pass the state to the layer's call instead).
 
   Args:
     cell: A Keras cell.
@@ -159,6 +171,16 @@ class AttentionWrapper(keras.layers.Layer):
                attention_fn: Optional[Callable] = None, **kwargs):
     super().__init__(name=name, **kwargs)
     _check_cell(cell)
+    # The arguments as given, for get_config.
+    self._config_arguments = {
+        "attention_layer_size": (list(attention_layer_size)
+                                 if isinstance(attention_layer_size, tuple)
+                                 else attention_layer_size),
+        "alignment_history": alignment_history,
+        "cell_input_fn": cell_input_fn,
+        "output_attention": output_attention,
+        "attention_fn": attention_fn,
+    }
     self._is_multi = isinstance(attention_mechanism, (list, tuple))
     mechanisms = (list(attention_mechanism) if self._is_multi
                   else [attention_mechanism])
@@ -239,11 +261,17 @@ class AttentionWrapper(keras.layers.Layer):
 
   # Sizes.
 
+  def _memory_depths(self):
+    """Each memory's depth: the memory's, or its build config's (a loaded
+    wrapper before its memory is set up); None where unknown."""
+    return [m._memory_depth for m in self._attention_mechanisms]  # pylint: disable=protected-access
+
   def _get_attention_layer_size(self):
     if self._attention_layer_size is not None:
       return self._attention_layer_size
-    self._attention_mechanisms_checks()
-    depths = [m.values.shape[-1] for m in self._attention_mechanisms]
+    depths = self._memory_depths()
+    if None in depths:
+      self._attention_mechanisms_checks()
     if self._attention_layers is None:
       self._attention_layer_size = sum(depths)
     else:
@@ -257,6 +285,23 @@ class AttentionWrapper(keras.layers.Layer):
     if size is None:
       size = tf.nest.flatten(self._cell.state_size)[0]
     return size
+
+  @property
+  def attention_mechanisms(self) -> List[attention_lib.AttentionMechanism]:
+    """The wrapper's mechanisms, a list (of one for a single mechanism).
+
+    A layer that sets the memory up in its `call` reaches them here (a
+    loaded model's wrapper has its own, deserialized ones).
+
+    Example:
+
+    >>> import keras
+    >>> mechanism = attention_lib.LuongAttention(4)
+    >>> wrapper = AttentionWrapper(keras.layers.LSTMCell(4), mechanism)
+    >>> wrapper.attention_mechanisms == [mechanism]
+    True
+    """
+    return list(self._attention_mechanisms)
 
   def _item_or_tuple(self, seq):
     t = tuple(seq)
@@ -310,7 +355,8 @@ class AttentionWrapper(keras.layers.Layer):
 
   def build(self, input_shape):
     input_shape = tf.TensorShape(input_shape)
-    if not all(m.memory_initialized for m in self._attention_mechanisms):
+    depths = self._memory_depths()
+    if None in depths:
       return  # Built at the first call, once the memory is there.
     attention_size = self._get_attention_layer_size()
     cell_inputs = self._cell_input_fn(
@@ -319,15 +365,99 @@ class AttentionWrapper(keras.layers.Layer):
     if not self._cell.built:
       self._cell.build(tuple([input_shape[0]] + cell_inputs.shape[1:].as_list()))
     out = self._cell_output_size()
-    self._check_query_depth(out)
+    if all(m.memory_initialized for m in self._attention_mechanisms):
+      self._check_query_depth(out)
     for i, mechanism in enumerate(self._attention_mechanisms):
-      mechanism.build([tf.TensorShape([input_shape[0], out]),
-                       tf.TensorShape([input_shape[0],
-                                       mechanism.alignments_size])])
+      if mechanism.memory_initialized:
+        # The memory's time (the alignments' size) may be unknown: a shape.
+        alignments = mechanism.alignments_size
+        if not isinstance(alignments, tf.TensorShape):
+          alignments = tf.TensorShape([alignments])
+        mechanism.build([tf.TensorShape([input_shape[0], out]),
+                         tf.TensorShape([input_shape[0]]).concatenate(
+                             alignments)])
+      else:
+        # A loaded wrapper: its weights exist before its memory does.
+        mechanism._build_without_memory(depths[i], out)  # pylint: disable=protected-access
       if self._attention_layers is not None:
         layer = self._attention_layers[i]
         if not layer.built:
-          layer.build((input_shape[0], out + mechanism.values.shape[-1]))
+          layer.build((input_shape[0], out + depths[i]))
+
+  # Keras 3 saving.
+
+  def get_config(self):
+    """The wrapper's arguments, its cell and mechanisms serialized.
+
+    Returns:
+      A dict `from_config` takes. The mechanisms' memory is None: it is a
+      tensor set up at run time.
+
+    Raises:
+      ValueError: `initial_cell_state` was given (a tensor, not config).
+    """
+    if self._initial_cell_state is not None:
+      raise ValueError(
+          "initial_cell_state is a tensor, like the memory, and not config: "
+          "an AttentionWrapper given one cannot be saved. Pass the initial "
+          "state to the recurrent layer's call (initial_state=, e.g. "
+          "wrapper.get_initial_state(...).clone(cell_state=...)) instead.")
+    serialize = keras.saving.serialize_keras_object
+    mechanisms = [serialize(m) for m in self._attention_mechanisms]
+    arguments = dict(self._config_arguments)
+    for key in ("cell_input_fn", "attention_fn"):
+      if arguments[key] is not None:
+        arguments[key] = serialize(arguments[key])
+    attention_layer = None
+    if arguments["attention_layer_size"] is None and self._attention_layers:
+      attention_layer = [serialize(layer) for layer in self._attention_layers]
+      if not self._is_multi:
+        attention_layer = attention_layer[0]
+    return {**super().get_config(), **arguments,
+            "cell": serialize(self._cell),
+            "attention_mechanism": (mechanisms if self._is_multi
+                                    else mechanisms[0]),
+            "attention_layer": attention_layer}
+
+  @classmethod
+  def from_config(cls, config, custom_objects=None):
+    """An `AttentionWrapper` from `get_config`'s dict.
+
+    Example:
+
+    >>> import keras
+    >>> wrapper = AttentionWrapper(keras.layers.LSTMCell(4),
+    ...                            attention_lib.LuongAttention(4),
+    ...                            attention_layer_size=3)
+    >>> clone = AttentionWrapper.from_config(wrapper.get_config())
+    >>> clone.get_config() == wrapper.get_config()
+    True
+    """
+    config = dict(config)
+    deserialize = functools.partial(keras.saving.deserialize_keras_object,
+                                    custom_objects=custom_objects)
+    for key in ("cell", "attention_mechanism", "attention_layer",
+                "cell_input_fn", "attention_fn"):
+      value = config.get(key)
+      if isinstance(value, list):
+        config[key] = [deserialize(item) for item in value]
+      elif value is not None:
+        config[key] = deserialize(value)
+    return cls(**config)
+
+  def get_build_config(self):
+    """The input shape and each memory's depth (not the memory itself)."""
+    config = super().get_build_config()
+    if config is not None:
+      config = {**config, "memory_depths": self._memory_depths()}
+    return config
+
+  def build_from_config(self, config):
+    for mechanism, depth in zip(self._attention_mechanisms,
+                                (config or {}).get("memory_depths") or []):
+      if mechanism._memory_depth is None:  # pylint: disable=protected-access
+        mechanism._memory_depth = depth  # pylint: disable=protected-access
+    super().build_from_config(config)
 
   def _check_query_depth(self, depth):
     """A mechanism without a query layer scores the cell's output against
