@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import MODES, assert_all_close, values_and_grads
+from conftest import MODES, assert_all_close, pairwise, values_and_grads
 import tf_recurrent
 from tf_recurrent import seq2seq
 
@@ -144,6 +144,61 @@ def test_greedy_inference_decodes(decoder):
                                 np.argmax(outputs.rnn_output, -1))
   np.testing.assert_array_equal(lengths, [6] * BATCH)
   assert isinstance(state, seq2seq.AttentionWrapperState)
+
+
+class LoopOnly(seq2seq.BasicDecoder):
+  """BasicDecoder that always runs dynamic_decode's tf.while_loop: the
+  reference for its teacher-forced run on the op."""
+
+  def decode_teacher_forced(self, *args, **kwargs):
+    return None
+
+
+@pytest.mark.parametrize(
+    "mode,impute,output_time_major,sampler_time_major,lengths,maximum",
+    pairwise(MODES, [False, True], [False, True], [False, True],
+             [None, (4, 2, 1), (0, 3, 2)], [None, 3, 6],
+             # XLA needs maximum_iterations (the loop's own error).
+             where=lambda mode, *rest: mode != "xla" or rest[-1] is not None))
+def test_training_sampler_decodes_on_the_op_as_the_loop(
+    decoder, monkeypatch, mode, impute, output_time_major, sampler_time_major,
+    lengths, maximum):
+  """BasicDecoder with a TrainingSampler (the NMT tutorial's training)
+  runs its cell over the sequence on the op, whose gradient keeps the
+  state per step: outputs, sample ids, final state, lengths and gradients
+  are dynamic_decode's loop's."""
+  from tf_recurrent.op import op  # pylint: disable=g-import-not-at-top
+  project = keras.layers.Dense(5, dtype="float64")
+  project.build((None, 5))
+  calls = []
+  recurrent = op.recurrent
+  monkeypatch.setattr(op, "recurrent",
+                      lambda *a, **k: calls.append(1) or recurrent(*a, **k))
+  results = []
+  for kind in (seq2seq.BasicDecoder, LoopOnly):
+    basic = kind(decoder.cell,
+                 seq2seq.TrainingSampler(time_major=sampler_time_major),
+                 output_layer=project, impute_finished=impute,
+                 output_time_major=output_time_major,
+                 maximum_iterations=maximum)
+
+    def build(watch, basic=basic):
+      memory, x = tf.identity(decoder.memory), tf.identity(decoder.x)
+      watch([memory, x])
+      decoder.setup(memory)
+      inputs = tf.transpose(x, [1, 0, 2]) if sampler_time_major else x
+      outputs, state, final_lengths = basic(
+          inputs, initial_state=decoder.cell.get_initial_state(
+              batch_size=BATCH, dtype=tf.float64),
+          sequence_length=lengths)
+      loss = tf.add_n([tf.reduce_sum(tf.sin(t)) for t in
+                       [outputs.rnn_output] + tf.nest.flatten(state)])
+      return ((outputs, state, final_lengths), loss,
+              decoder.variables + project.trainable_variables + [memory, x])
+
+    results.append(values_and_grads(mode, build))
+  assert calls, "the teacher-forced decode did not run on the op"
+  assert_all_close(results[0], results[1], tol=1e-10)
 
 
 # Bad input: a clear error naming the argument.

@@ -5,8 +5,10 @@ import collections
 from typing import Optional
 
 import keras
+import numpy as np
 import tensorflow as tf
 
+from tf_recurrent import engine
 from tf_recurrent.seq2seq import decoder
 from tf_recurrent.seq2seq import sampler as sampler_py
 
@@ -66,6 +68,79 @@ class BasicDecoder(decoder.BaseDecoder):
   @property
   def batch_size(self):
     return self.sampler.batch_size
+
+  def decode_teacher_forced(self, inputs, initial_state=None, training=None,
+                            *, maximum_iterations, impute_finished,
+                            output_time_major, in_xla, **initialize_kwargs):
+    """With a `TrainingSampler` (teacher forcing: step t reads input t),
+    `dynamic_decode`'s result from one run of the cell over the inputs'
+    first n = min(max(sequence_length), maximum_iterations) steps on the
+    op (`tf_recurrent.engine.run`), whose gradient keeps the state per step
+    where the while loop's autodiff keeps every step's intermediates (an
+    attention's scores over the whole memory); None otherwise (a sampler
+    that feeds back samples, a TensorArray in the state as with
+    `alignment_history`, or a step count XLA cannot know)."""
+    if (type(self.sampler) is not sampler_py.TrainingSampler or  # pylint: disable=unidiomatic-typecheck
+        any(isinstance(s, tf.TensorArray)
+            for s in tf.nest.flatten(initial_state))):
+      return None
+    _, _, state0 = self.initialize(inputs, initial_state=initial_state,
+                                   **initialize_kwargs)
+    x = tf.nest.map_structure(tf.convert_to_tensor, inputs)
+    if not self.sampler.time_major:
+      x = tf.nest.map_structure(decoder.transpose_batch_time, x)
+    lengths = tf.cast(self.sampler.sequence_length, tf.int32)
+    steps = tf.reduce_max(lengths)
+    if maximum_iterations is not None:
+      steps = tf.minimum(steps, maximum_iterations)
+    # The step count in Python where the lengths and the maximum are known
+    # (reductions are beyond tf.get_static_value).
+    known_lengths = tf.get_static_value(lengths)
+    if (initialize_kwargs.get("sequence_length") is None and
+        initialize_kwargs.get("mask") is None):  # Every sequence is whole.
+      time = tf.nest.flatten(x)[0].shape[0]
+      known_lengths = None if time is None else np.array([time])
+    known_maximum = (None if maximum_iterations is None else
+                     tf.get_static_value(maximum_iterations))
+    known = None
+    if known_lengths is not None and (maximum_iterations is None or
+                                      known_maximum is not None):
+      known = int(max(known_lengths.max(initial=0), 0))
+      if known_maximum is not None:
+        known = min(known, int(known_maximum))
+      steps = known
+    if in_xla:
+      # Static shapes: the step count must be known, and the outputs have
+      # maximum_iterations steps, as the loop's fixed-size arrays do.
+      if known is None or known_maximum is None:
+        return None
+    if known is not None and known <= 0:
+      return None  # Nothing to run: the loop's empty result.
+    x = tf.nest.map_structure(lambda t: t[:steps], x)
+    lengths = tf.minimum(lengths, steps)
+    outputs, final, _ = engine.run(
+        self.cell, x, state0, lengths=lengths if impute_finished else None,
+        training=training, time_major=True, zero_output_for_mask=True,
+        convertible=False)
+    final_state = tf.nest.pack_sequence_as(state0, tf.nest.flatten(final))
+    if self.output_layer is not None:
+      outputs = self.output_layer(outputs)
+    sample_ids = self.sampler.sample(time=None, outputs=outputs, state=None)
+    decoded = BasicDecoderOutput(outputs, sample_ids)
+    if impute_finished:  # A finished sequence emits zeros, as in the loop.
+      running = tf.sequence_mask(lengths, tf.shape(sample_ids)[0])
+      running = tf.transpose(running)
+      decoded = tf.nest.map_structure(
+          lambda t: tf.where(tf.reshape(running, tf.concat(
+              [tf.shape(running), tf.ones([t.shape.rank - 2], tf.int32)], 0)),
+                             t, tf.zeros_like(t)), decoded)
+    if in_xla and known_maximum > known:
+      decoded = tf.nest.map_structure(
+          lambda t: tf.pad(t, [[0, int(known_maximum) - known]] + [[0, 0]] * (
+              t.shape.rank - 1)), decoded)
+    if not output_time_major:
+      decoded = tf.nest.map_structure(decoder.transpose_batch_time, decoded)
+    return decoded, final_state, lengths
 
   def _rnn_output_size(self):
     size = tf.TensorShape(self.cell.output_size)

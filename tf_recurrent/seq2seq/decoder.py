@@ -3,8 +3,10 @@
 `dynamic_decode` runs a decoder's `step` in a plain `tf.while_loop` until
 every sequence is finished (or `maximum_iterations`): the loop for
 inference, whose steps feed back their own samples and need no gradient's
-memory savings. Teacher-forced training of an `AttentionWrapper` runs on
-`tf_recurrent.RNN` instead (see `attention_wrapper`).
+memory savings. A decoder whose steps' inputs are all known in advance
+(`BasicDecoder` with a `TrainingSampler`: teacher forcing) answers
+`decode_teacher_forced` instead, running its cell over the whole sequence
+on the op, whose backward pass keeps only the state per step.
 """
 
 import abc
@@ -14,7 +16,7 @@ import keras
 import tensorflow as tf
 
 
-def _transpose_batch_time(tensor):
+def transpose_batch_time(tensor):
   """Swaps the first two axes of a tensor of rank 2 or more."""
   shape = tensor.shape
   if shape.rank is not None and shape.rank < 2:
@@ -142,6 +144,43 @@ class BaseDecoder(_DecoderInterface, keras.layers.Layer):
     """Returns `(finished, initial_inputs, initial_state)`."""
     raise NotImplementedError
 
+  def decode_teacher_forced(self, inputs: Any, initial_state: Any = None,
+                            training: Optional[bool] = None, *,
+                            maximum_iterations: Optional[tf.Tensor],
+                            impute_finished: bool, output_time_major: bool,
+                            in_xla: bool,
+                            **initialize_kwargs) -> Optional[Tuple[Any, Any, Any]]:
+    """`dynamic_decode`'s result computed without its step loop, or None.
+
+    A decoder whose every step's inputs are known before decoding (teacher
+    forcing) may run them as one sequence on the op, whose gradient keeps
+    only the state per step; `dynamic_decode` asks this first and runs
+    its `tf.while_loop` when the answer is None, as it is here.
+
+    Args:
+      inputs: `dynamic_decode`'s `decoder_init_input`.
+      initial_state: The decoder's initial state.
+      training: Passed to the cell.
+      maximum_iterations: The checked scalar, or None.
+      impute_finished: `dynamic_decode`'s.
+      output_time_major: `dynamic_decode`'s.
+      in_xla: Whether the call is being compiled by XLA.
+      **initialize_kwargs: The other arguments of `initialize`.
+
+    Returns:
+      None, or `(final_outputs, final_state, final_sequence_lengths)`.
+
+    Example:
+
+    >>> BaseDecoder().decode_teacher_forced(
+    ...     None, None, None, maximum_iterations=None, impute_finished=False,
+    ...     output_time_major=False, in_xla=False) is None
+    True
+    """
+    del inputs, initial_state, training, maximum_iterations, impute_finished
+    del output_time_major, in_xla, initialize_kwargs
+    return None
+
   def step(self, time, inputs, state, training):
     """Returns `(outputs, next_state, next_inputs, finished)`."""
     raise NotImplementedError
@@ -216,6 +255,15 @@ def dynamic_decode(decoder: Union[Decoder, BaseDecoder],
     else:
       init_input = kwargs.pop("decoder_init_input", None)
       init_kwargs = kwargs.pop("decoder_init_kwargs", {})
+      if not enable_tflite_convertible:
+        decoded = decoder.decode_teacher_forced(
+            init_input, training=training,
+            maximum_iterations=maximum_iterations,
+            impute_finished=impute_finished,
+            output_time_major=output_time_major, in_xla=is_xla,
+            **init_kwargs)
+        if decoded is not None:
+          return decoded
       initial_finished, initial_inputs, initial_state = decoder.initialize(
           init_input, **init_kwargs)
 
@@ -323,6 +371,6 @@ def dynamic_decode(decoder: Union[Decoder, BaseDecoder],
       if enable_tflite_convertible:
         final_outputs = tf.nest.map_structure(lambda x: tf.expand_dims(x, 1),
                                               final_outputs)
-      final_outputs = tf.nest.map_structure(_transpose_batch_time,
+      final_outputs = tf.nest.map_structure(transpose_batch_time,
                                             final_outputs)
   return final_outputs, final_state, final_sequence_lengths

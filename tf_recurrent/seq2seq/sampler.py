@@ -14,7 +14,6 @@ import tensorflow as tf
 
 from tf_recurrent.seq2seq import decoder
 
-_transpose_batch_time = decoder._transpose_batch_time  # pylint: disable=protected-access
 
 
 class Sampler(metaclass=abc.ABCMeta):
@@ -172,7 +171,7 @@ class TrainingSampler(_IdSampler):
     self.inputs = tf.convert_to_tensor(inputs, name="inputs")
     inputs = self.inputs
     if not self.time_major:
-      inputs = tf.nest.map_structure(_transpose_batch_time, inputs)
+      inputs = tf.nest.map_structure(decoder.transpose_batch_time, inputs)
     self._batch_size = tf.shape(tf.nest.flatten(inputs)[0])[1]
     self.input_tas = tf.nest.map_structure(_unstack_ta, inputs)
     if sequence_length is not None and mask is not None:
@@ -349,7 +348,7 @@ class ScheduledOutputTrainingSampler(TrainingSampler):
       maybe_concatenated = tf.nest.map_structure(
           lambda x, y: tf.concat((x, y), -1), inputs, auxiliary_inputs)
       if not self.time_major:
-        auxiliary_inputs = tf.nest.map_structure(_transpose_batch_time,
+        auxiliary_inputs = tf.nest.map_structure(decoder.transpose_batch_time,
                                                  auxiliary_inputs)
       self._auxiliary_input_tas = tf.nest.map_structure(_unstack_ta,
                                                         auxiliary_inputs)
