@@ -17,7 +17,7 @@ IMPORTS = {
     "layers": {"engine", "op"},
     "compat": {"engine", "op"},
     "export": {"engine"},
-    "seq2seq": {"engine"},
+    "seq2seq": {"engine", "op"},
 }
 
 

@@ -201,6 +201,67 @@ def test_training_sampler_decodes_on_the_op_as_the_loop(
   assert_all_close(results[0], results[1], tol=1e-10)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_sigmoid_noise_on_the_op(mode, monkeypatch):
+  """A monotonic mechanism's sigmoid_noise is a stateful draw, which the
+  op refused ("cell_fn uses stateful random ops"); on the op it is drawn
+  from the step's seed, so each recomputed step sees the noise its forward
+  pass saw: values and gradients are a static unroll's drawing the same
+  noise (the op's base seed fixed), and the noise changes the outputs."""
+  from tf_recurrent.op import op, seeds  # pylint: disable=g-import-not-at-top
+  base_seed = [7, 8]
+  recurrent = op.recurrent
+  monkeypatch.setattr(op, "recurrent", lambda *args, **kwargs: recurrent(
+      *args, **dict(kwargs, seed=base_seed)))
+  memory = tf.random.stateless_normal([2, 5, 4], seed=[1, 2], dtype=tf.float64)
+  x = tf.random.stateless_normal([2, 3, 3], seed=[3, 4], dtype=tf.float64)
+
+  def wrapper(noise):
+    mechanism = seq2seq.BahdanauMonotonicAttention(
+        6, memory=memory, sigmoid_noise=noise, sigmoid_noise_seed=5,
+        dtype="float64")
+    return mechanism, seq2seq.AttentionWrapper(
+        keras.layers.LSTMCell(7, dtype="float64"), mechanism,
+        attention_layer_size=5, dtype="float64")
+
+  mechanism, cell = wrapper(1.0)
+  layer = tf_recurrent.RNN(cell, return_sequences=True, dtype="float64")
+  quiet = tf_recurrent.RNN(wrapper(0.0)[1], return_sequences=True,
+                           dtype="float64")
+  layer(x), quiet(x)
+  quiet.set_weights(layer.get_weights())
+
+  def on_the_op(watch):
+    del watch
+    mechanism.setup_memory(memory)  # In the step, as an encoder's output.
+    outputs = layer(x)
+    return outputs, tf.reduce_sum(tf.sin(outputs)), layer.trainable_variables
+
+  def unrolled(watch):
+    # Step t's first seed, as the op hands it out (op/seeds.py).
+    del watch
+    mechanism.setup_memory(memory)
+    state = cell.get_initial_state(batch_size=2, dtype=tf.float64)
+    outputs = []
+    for t in range(3):
+      step = tf.random.experimental.stateless_fold_in(base_seed, t)
+      with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(seeds, "in_step", lambda: True)
+        patch.setattr(seeds, "step_seed", lambda step=step: (
+            tf.random.experimental.stateless_fold_in(step, 0)))
+        output, state = cell(x[:, t], state)
+      outputs.append(output)
+    outputs = tf.stack(outputs, 1)
+    return outputs, tf.reduce_sum(tf.sin(outputs)), layer.trainable_variables
+
+  got = values_and_grads(mode, on_the_op)
+  # XLA's stateless normal draws other numbers than TensorFlow's kernel:
+  # the unroll is compiled too.
+  want = values_and_grads("xla" if mode == "xla" else "eager", unrolled)
+  assert_all_close(got, want, tol=1e-10)
+  assert float(tf.reduce_max(tf.abs(got[0][0] - quiet(x)))) > 1e-3
+
+
 # Bad input: a clear error naming the argument.
 
 

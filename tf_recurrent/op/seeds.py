@@ -67,6 +67,25 @@ def step_seed() -> tf.Tensor:
   return stack[-1].next_seed()
 
 
+def in_step() -> bool:
+  """Whether a `cell_fn` run by `tf_recurrent.recurrent` is being traced
+  here, where `step_seed()` gives seeds.
+
+  Example:
+
+  >>> import tf_recurrent
+  >>> seen = []
+  >>> def cell_fn(theta, state, x):
+  ...   seen.append(in_step())
+  ...   return state, []
+  >>> _ = tf_recurrent.recurrent({}, {"h": tf.zeros([2])}, tf.ones([3, 2]),
+  ...                            cell_fn)
+  >>> in_step(), all(seen), len(seen) > 0
+  (False, True, True)
+  """
+  return bool(getattr(_scope, "stack", None))
+
+
 class _SeedFrame:
   """One `cell_fn` invocation: its base seed, step index and calls so far."""
 

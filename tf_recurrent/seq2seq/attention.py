@@ -23,6 +23,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tf_recurrent.op import seeds
+
 
 def _as_tensor(value, name):
   return tf.convert_to_tensor(value, name=name)
@@ -166,7 +168,17 @@ def monotonic_attention(p_choose_i: Any, previous_attention: Any,
 def _monotonic_probability_fn(score, previous_alignments, sigmoid_noise, mode,
                               seed=None):
   if sigmoid_noise > 0:
-    noise = tf.random.normal(tf.shape(score), dtype=score.dtype, seed=seed)
+    if seeds.in_step():
+      # A step on the op is recomputed in its backward pass, which must
+      # draw the same noise: a stateless draw from the step's own seed
+      # (and the user's, folded in).
+      step_seed = seeds.step_seed()
+      if seed is not None:
+        step_seed = tf.random.experimental.stateless_fold_in(step_seed, seed)
+      noise = tf.random.stateless_normal(tf.shape(score), seed=step_seed,
+                                         dtype=score.dtype)
+    else:
+      noise = tf.random.normal(tf.shape(score), dtype=score.dtype, seed=seed)
     score += sigmoid_noise * noise
   if mode == "hard":
     p_choose_i = tf.cast(score > 0, score.dtype)
@@ -674,8 +686,10 @@ class BahdanauMonotonicAttention(_BahdanauWeights,
     memory_sequence_length: Optional `[batch]` memory lengths.
     normalize: Whether to weight-normalize the score.
     sigmoid_noise: The stddev of the noise added to the score before the
-      sigmoid (0: none).
-    sigmoid_noise_seed: The noise's seed.
+      sigmoid (0: none). On the op (`tf_recurrent.RNN`, a teacher-forced
+      `BasicDecoder`) it is drawn statelessly from `tf_recurrent.step_seed()`,
+      so the backward pass's recompute of a step sees the same noise.
+    sigmoid_noise_seed: The noise's seed (on the op, folded into the step's).
     score_bias_init: The score bias's initial value.
     mode: "parallel", "recursive" or "hard" (`monotonic_attention`).
     kernel_initializer: The initializer of v.
@@ -736,8 +750,10 @@ class LuongMonotonicAttention(_BaseMonotonicAttentionMechanism):
     memory_sequence_length: Optional `[batch]` memory lengths.
     scale: Whether to scale the score by a learned scalar.
     sigmoid_noise: The stddev of the noise added to the score before the
-      sigmoid (0: none).
-    sigmoid_noise_seed: The noise's seed.
+      sigmoid (0: none). On the op (`tf_recurrent.RNN`, a teacher-forced
+      `BasicDecoder`) it is drawn statelessly from `tf_recurrent.step_seed()`,
+      so the backward pass's recompute of a step sees the same noise.
+    sigmoid_noise_seed: The noise's seed (on the op, folded into the step's).
     score_bias_init: The score bias's initial value.
     mode: "parallel", "recursive" or "hard" (`monotonic_attention`).
     dtype: The layer's dtype.
