@@ -262,6 +262,74 @@ def test_sigmoid_noise_on_the_op(mode, monkeypatch):
   assert float(tf.reduce_max(tf.abs(got[0][0] - quiet(x)))) > 1e-3
 
 
+def teacher_forced_model(x_dtype=tf.float32):
+  """A small float32 (or policy) teacher-forced decoder: a Luong mechanism
+  over a memory set up in the step, AttentionWrapper(LSTMCell) and a
+  projection in a BasicDecoder with a TrainingSampler, and its loss."""
+  memory = tf.random.stateless_normal([4, 6, 5], seed=[1, 2])
+  x = tf.cast(tf.random.stateless_normal([4, 5, 3], seed=[3, 4]), x_dtype)
+  mechanism = seq2seq.LuongAttention(5, scale=True)
+  cell = seq2seq.AttentionWrapper(keras.layers.LSTMCell(5), mechanism,
+                                  attention_layer_size=4)
+  project = keras.layers.Dense(7)
+
+  def loss(decoder_class=seq2seq.BasicDecoder):
+    mechanism.setup_memory(memory, memory_sequence_length=[6, 4, 2, 5])
+    basic = decoder_class(cell, seq2seq.TrainingSampler(), output_layer=project)
+    outputs, _, _ = basic(x, initial_state=cell.get_initial_state(
+        batch_size=4, dtype=x_dtype), sequence_length=[5, 3, 4, 1])
+    logits = tf.cast(outputs.rnn_output, tf.float32)
+    return tf.reduce_sum(logits * logits)
+
+  return loss, lambda: cell.trainable_variables + project.trainable_variables
+
+
+def test_teacher_forced_decoder_in_mirrored_strategy():
+  devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+  strategy = tf.distribute.MirroredStrategy(devices)
+  with strategy.scope():
+    loss, variables = teacher_forced_model()
+    loss()  # Builds every weight as a mirrored variable.
+
+  def step():
+    with tf.GradientTape() as tape:
+      value = loss()
+    return tape.gradient(value, variables())
+
+  results = strategy.experimental_local_results(
+      strategy.run(tf.function(step)))
+  want = step()
+  assert len(results) == len(devices)
+  for grads in results:
+    assert_all_close(grads, want, tol=1e-5)
+
+
+@pytest.mark.parametrize("policy,tol", [("mixed_float16", 1e-2),
+                                        ("mixed_bfloat16", 3e-2)])
+def test_teacher_forced_decoder_under_mixed_precision(policy, tol):
+  """Float32 weights, the policy's compute dtype in the loop: the op's
+  teacher-forced decode and gradients equal dynamic_decode's loop's, to
+  the compute dtype's precision (relative to each tensor's norm: sums of
+  8-bit mantissas differ by their order)."""
+  keras.mixed_precision.set_global_policy(policy)
+  try:
+    loss, variables = teacher_forced_model(
+        keras.mixed_precision.global_policy().compute_dtype)
+    loss()
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
+  assert {v.dtype for v in variables()} == {"float32"}
+  got, want = [], []
+  for decoder_class, results in ((seq2seq.BasicDecoder, got),
+                                 (LoopOnly, want)):
+    with tf.GradientTape() as tape:
+      value = loss(decoder_class)
+    results += [value] + tape.gradient(value, variables())
+  assert all(g.dtype == tf.float32 for g in got[1:])
+  for g, w in zip(got, want):
+    assert np.linalg.norm(g - w) <= tol * np.linalg.norm(w)
+
+
 # Bad input: a clear error naming the argument.
 
 

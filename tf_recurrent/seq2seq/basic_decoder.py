@@ -118,6 +118,11 @@ class BasicDecoder(decoder.BaseDecoder):
       return None  # Nothing to run: the loop's empty result.
     x = tf.nest.map_structure(lambda t: t[:steps], x)
     lengths = tf.minimum(lengths, steps)
+    if not self.cell.built:
+      # Outside the op's traced step, where a distribution strategy cannot
+      # create (mirrored) variables, as keras.layers.RNN builds its cell.
+      self.cell.build(tf.nest.map_structure(
+          lambda t: tuple(t.shape[1:].as_list()), x))
     outputs, final, _ = engine.run(
         self.cell, x, state0, lengths=lengths if impute_finished else None,
         training=training, time_major=True, zero_output_for_mask=True,
