@@ -6,13 +6,17 @@ import tensorflow as tf
 
 
 def _tile_batch(t, multiplier):
+  t = tf.convert_to_tensor(t, name="t")
   if t.shape.ndims is None or t.shape.ndims < 1:
     raise ValueError("t must have statically known rank")
   tiling = [1] * (t.shape.ndims + 1)
   tiling[1] = multiplier
   tiled = tf.tile(tf.expand_dims(t, 1), tiling)
-  return tf.reshape(tiled, tf.concat(
+  tiled = tf.reshape(tiled, tf.concat(
       ([tf.shape(t)[0] * multiplier], tf.shape(t)[1:]), 0))
+  static_batch = None if t.shape[0] is None else t.shape[0] * multiplier
+  tiled.set_shape(tf.TensorShape([static_batch]).concatenate(t.shape[1:]))
+  return tiled
 
 
 def tile_batch(t: Any, multiplier: int, name: str = None) -> Any:

@@ -1,0 +1,181 @@
+"""`gather_tree`: beam search's back-tracking, in plain TensorFlow ops.
+
+TF Addons ran it as a compiled custom kernel (`Addons>GatherTree`,
+`custom_ops/seq2seq/cc/kernels/beam_search_ops.cc`). Here it is a
+`tf.scan` backwards over time: no custom op to build or load, and it
+compiles under XLA (`tf.function(jit_compile=True)`) with the rest of a
+beam search.
+
+The kernel's semantics, per batch entry `b` and beam `k`, with
+`length = min(max_sequence_lengths[b], max_time)`:
+
+- steps at or past `length` hold `end_token` (a `length <= 0` gives a
+  beam of `end_token` only);
+- the last step, `length - 1`, holds `step_ids[length - 1, b, k]`; each
+  step before it holds the id of the beam the following step's parent id
+  points to;
+- after the first `end_token` of a beam every step holds `end_token`
+  (inputs a `BeamSearchDecoder` never gives need it).
+
+A parent id that is followed and is not in `[0, beam_width)` raises
+`InvalidArgumentError` (the CPU kernel's "Saw invalid parent id"). Under
+XLA, which cannot raise, the result is the GPU kernel's: `-1` from that
+step back to step 0, and no `end_token` filling for that beam. (The
+kernels accept a parent id equal to `beam_width` and read past the beam;
+here it is out of range, as in Addons' Python fallback.)
+"""
+
+from typing import Any
+
+import tensorflow as tf
+
+from tf_recurrent.seq2seq import decoder
+
+
+def _check_shapes(step_ids, parent_ids, max_sequence_lengths, end_token):
+  if step_ids.shape.rank is not None and step_ids.shape.rank != 3:
+    raise ValueError("gather_tree: step_ids must be a 3-tensor "
+                     f"[max_time, batch_size, beam_width], saw shape "
+                     f"{step_ids.shape}.")
+  if not step_ids.shape.is_compatible_with(parent_ids.shape):
+    raise ValueError("gather_tree: step_ids.shape must match "
+                     f"parent_ids.shape, but shapes are {step_ids.shape} and "
+                     f"{parent_ids.shape}.")
+  if (max_sequence_lengths.shape.rank is not None and
+      max_sequence_lengths.shape.rank != 1):
+    raise ValueError("gather_tree: max_sequence_lengths must be a vector "
+                     "[batch_size], saw shape "
+                     f"{max_sequence_lengths.shape}.")
+  if end_token.shape.rank is not None and end_token.shape.rank != 0:
+    raise ValueError("gather_tree: end_token must be a scalar, saw shape "
+                     f"{end_token.shape}.")
+  batch = tf.TensorShape(step_ids.shape[1:2]).merge_with(parent_ids.shape[1:2])
+  if not batch.is_compatible_with(max_sequence_lengths.shape):
+    raise ValueError("gather_tree: the batch size dimensions "
+                     "step_ids.shape[1] and max_sequence_lengths.shape[0] "
+                     f"must match, but shapes are {step_ids.shape} and "
+                     f"{max_sequence_lengths.shape}.")
+
+
+def _check_parents(ids, origin, bad_ids, found_bad, shape):
+  """Raises InvalidArgumentError at the first invalid parent id followed, in
+  (time, batch, beam) order (static shapes: no tf.where(origin))."""
+  flat = tf.range(tf.size(origin))
+  first = tf.reduce_min(tf.where(tf.reshape(origin, [-1]), flat,
+                                 tf.size(origin)))
+  bad_id = tf.reduce_sum(tf.where(tf.equal(flat, first),
+                                  tf.reshape(bad_ids, [-1]), 0))
+  batch_size, beam_width = shape[1], shape[2]
+  check = tf.debugging.Assert(
+      tf.logical_not(tf.reduce_any(found_bad)),
+      ["gather_tree: saw invalid parent id", bad_id,
+       "at (time, batch, beam) ==",
+       tf.stack([first // (batch_size * beam_width),
+                 first // beam_width % batch_size, first % beam_width]),
+       "(parent_ids must be in [0, beam_width), beam_width ==", beam_width,
+       ")"], name="check_parent_ids")
+  with tf.control_dependencies([check]):
+    return tf.identity(ids)
+
+
+def gather_tree(step_ids: Any, parent_ids: Any, max_sequence_lengths: Any,
+                end_token: Any) -> tf.Tensor:
+  """Calculates the full beams from the per-step ids and parent beam ids.
+
+  For a given beam, past the time step containing the first decoded
+  `end_token` all values are filled in with `end_token`.
+
+  Args:
+    step_ids: The predicted token IDs.
+      An `int32` `Tensor` of shape `[max_time, batch_size, beam_width]`.
+    parent_ids: The parent beam indices.
+      An `int32` `Tensor` of shape `[max_time, batch_size, beam_width]`.
+    max_sequence_lengths: The maximum sequence length of each batch.
+      An `int32` `Tensor` of shape `[batch_size]`.
+    end_token: The end token ID (a scalar).
+
+  Returns:
+    The reordered token IDs based on `parent_ids`, an `int32` `Tensor` of
+    shape `[max_time, batch_size, beam_width]`.
+
+  Raises:
+    InvalidArgumentError: if `parent_ids` contains an invalid index that is
+      followed (outside XLA; under XLA that beam holds -1 from there back).
+    ValueError: if the shapes do not fit together.
+
+  Example:
+
+  >>> # max_time 3, batch 1, beam 2: beam 0 ends in beam 1's history.
+  >>> step_ids = tf.constant([[[1, 2]], [[3, 4]], [[5, 6]]])
+  >>> parent_ids = tf.constant([[[0, 0]], [[1, 0]], [[0, 0]]])
+  >>> gather_tree(step_ids, parent_ids, [3], end_token=9)[:, 0, :].numpy()
+  array([[2, 2],
+         [3, 3],
+         [5, 6]], dtype=int32)
+  """
+  with tf.name_scope("gather_tree"):
+    step_ids = tf.convert_to_tensor(step_ids, dtype=tf.int32, name="step_ids")
+    parent_ids = tf.convert_to_tensor(parent_ids, dtype=tf.int32,
+                                      name="parent_ids")
+    max_sequence_lengths = tf.convert_to_tensor(
+        max_sequence_lengths, dtype=tf.int32, name="max_sequence_lengths")
+    end_token = tf.convert_to_tensor(end_token, dtype=tf.int32,
+                                     name="end_token")
+    _check_shapes(step_ids, parent_ids, max_sequence_lengths, end_token)
+    if not (step_ids.shape.is_fully_defined() and
+            parent_ids.shape.is_fully_defined() and
+            max_sequence_lengths.shape.is_fully_defined()):
+      # Checked statically above where the shapes are known.
+      checks = [
+          tf.debugging.assert_equal(
+              tf.shape(step_ids), tf.shape(parent_ids),
+              message="gather_tree: step_ids.shape must match "
+              "parent_ids.shape"),
+          tf.debugging.assert_equal(
+              tf.shape(step_ids)[1], tf.shape(max_sequence_lengths)[0],
+              message="gather_tree: step_ids.shape[1] and "
+              "max_sequence_lengths.shape[0] must match")]
+      with tf.control_dependencies(checks):
+        step_ids = tf.identity(step_ids)
+    shape = tf.shape(step_ids)
+    max_time, beam_width = shape[0], shape[2]
+    lengths = tf.clip_by_value(max_sequence_lengths, 0, max_time)[:, None]
+    beams = tf.broadcast_to(tf.range(beam_width)[None, :], shape[1:])
+
+    def back(carry, elems):
+      """One step back in time: the beams' ids at `time` and where the step
+      before reads (its parent; -1 once a parent was out of range)."""
+      index, broken = carry[0], carry[1]
+      ids, parents, time = elems
+      in_range = time < lengths
+      valid = tf.logical_and(index >= 0, index < beam_width)
+      safe = tf.where(valid, index, 0)
+      ids = tf.where(valid, tf.gather(ids, safe, batch_dims=1), -1)
+      parents = tf.where(valid, tf.gather(parents, safe, batch_dims=1), -1)
+      # Past a beam's length its ids are end_token, and the walk back starts
+      # from the beam itself at its last step.
+      ids = tf.where(in_range, ids, end_token)
+      invalid = tf.logical_and(in_range, tf.logical_not(valid))
+      origin = tf.logical_and(invalid, tf.logical_not(broken))
+      return (tf.where(in_range, parents, beams), invalid, ids, origin,
+              tf.where(origin, index, 0))
+
+    zeros = tf.zeros_like(beams)
+    falses = tf.zeros_like(beams, tf.bool)
+    _, broken, ids, origin, bad_ids = tf.scan(
+        back, (step_ids, parent_ids, tf.range(max_time)),
+        initializer=(beams, falses, zeros, falses, zeros), reverse=True,
+        name="gather_tree_back")
+    ids = tf.reshape(ids, shape)  # Keeps the static shape when there is one.
+    ids.set_shape(step_ids.shape)
+    found_bad = tf.reduce_any(broken, axis=0)
+    if not decoder._in_xla():  # pylint: disable=protected-access
+      # XLA cannot raise (it would log that it ignores the assertion): the
+      # -1s are what it returns.
+      ids = _check_parents(ids, origin, bad_ids, found_bad, shape)
+    # Everything after a beam's first end_token is end_token (not for a
+    # beam that met an invalid parent: the GPU kernel's -1s stay).
+    ended = tf.math.cumsum(tf.cast(tf.equal(ids, end_token), tf.int32),
+                           axis=0, exclusive=True) > 0
+    fill = tf.logical_and(ended, tf.logical_not(found_bad)[None])
+    return tf.where(fill, end_token, ids)
