@@ -66,14 +66,22 @@ def _check_parents(ids, origin, bad_ids, found_bad, shape):
   bad_id = tf.reduce_sum(tf.where(tf.equal(flat, first),
                                   tf.reshape(bad_ids, [-1]), 0))
   batch_size, beam_width = shape[1], shape[2]
+  where = tf.stack([first // (batch_size * beam_width),
+                    first // beam_width % batch_size, first % beam_width])
+  if tf.executing_eagerly():
+    if bool(tf.reduce_any(found_bad)):
+      raise tf.errors.InvalidArgumentError(
+          None, None,
+          f"gather_tree: saw invalid parent id {int(bad_id)} at (time, "
+          f"batch, beam) == {tuple(where.numpy().tolist())}; parent_ids must "
+          f"be in [0, beam_width) == [0, {int(beam_width)}).")
+    return ids
   check = tf.debugging.Assert(
       tf.logical_not(tf.reduce_any(found_bad)),
       ["gather_tree: saw invalid parent id", bad_id,
-       "at (time, batch, beam) ==",
-       tf.stack([first // (batch_size * beam_width),
-                 first // beam_width % batch_size, first % beam_width]),
-       "(parent_ids must be in [0, beam_width), beam_width ==", beam_width,
-       ")"], name="check_parent_ids")
+       "at (time, batch, beam) ==", where,
+       "; parent_ids must be in [0, beam_width), beam_width ==", beam_width],
+      name="check_parent_ids")
   with tf.control_dependencies([check]):
     return tf.identity(ids)
 
