@@ -321,9 +321,10 @@ class AttentionWrapper(keras.layers.Layer):
     out = self._cell_output_size()
     self._check_query_depth(out)
     for i, mechanism in enumerate(self._attention_mechanisms):
-      mechanism.build([tf.TensorShape([input_shape[0], out]),
-                       tf.TensorShape([input_shape[0],
-                                       mechanism.alignments_size])])
+      # A memory of unknown length has alignments_size TensorShape([None]).
+      state_shape = tf.TensorShape([input_shape[0]]).concatenate(
+          mechanism.alignments_size)
+      mechanism.build([tf.TensorShape([input_shape[0], out]), state_shape])
       if self._attention_layers is not None:
         layer = self._attention_layers[i]
         if not layer.built:
