@@ -24,6 +24,7 @@ compiled kernel and its Python fallback); here `gather_tree` has one
 implementation, plain TensorFlow ops.
 """
 
+import csv
 import pathlib
 
 import keras
@@ -683,3 +684,164 @@ def test_beam_search_decoder(
 
         # Check only the beam width corresponds to the dimensions of the output.
         assert (beam_width,) == tuple(bsd.output_size.scores.as_list())
+
+
+# Not in Addons. The golden numbers Addons recorded for test_gather_tree
+# with pytest-regressions (tensorflow_addons commit 0bb631ee, its
+# beam_search_decoder_test/test_gather_tree.csv: one column per (time,
+# batch), one row per beam).
+
+
+def test_gather_tree_csv():
+    predicted_ids = np.array(
+        [[[1, 2, 3], [4, 5, 6], [7, 8, 9]], [[2, 3, 4], [5, 6, 7], [8, 9, 10]]],
+        dtype=np.int32,
+    ).transpose([1, 0, 2])
+    parent_ids = np.array(
+        [[[0, 0, 0], [0, 1, 1], [2, 1, 2]], [[0, 0, 0], [1, 2, 0], [2, 1, 1]]],
+        dtype=np.int32,
+    ).transpose([1, 0, 2])
+    res = gather_tree(predicted_ids, parent_ids, max_sequence_lengths=[3, 3],
+                      end_token=11).numpy()
+    path = pathlib.Path(__file__).parent / "test_gather_tree.csv"
+    with open(path, newline="") as f:
+        header, *rows = list(csv.reader(f))
+    assert len(header) == 7 and len(rows) == 3
+    for column, name in enumerate(header[1:], start=1):
+        time, batch = (int(i) for i in name[len("slice_("):-1].split(","))
+        np.testing.assert_equal(
+            res[time, batch], [int(row[column]) for row in rows])
+
+
+# Not in Addons: beam search under XLA, the same beams as eagerly.
+
+
+@pytest.fixture(scope="module")
+def eager_and_xla_beams():
+    """One attentional beam search (length and coverage penalties), run
+    eagerly and then in a tf.function(jit_compile=True)."""
+    keras.utils.set_random_seed(1)  # The layers' initializers too.
+    batch_size, memory_time, input_depth, vocab_size = 2, 5, 7, 12
+    beam_width, end_token, start_token = 3, 10, 0
+    memory = tf.random.normal([batch_size, memory_time, input_depth])
+    memory_sequence_length = tf.constant([5, 3])
+    embedding = tf.random.normal([vocab_size, 8])
+    mechanism = attention_wrapper.BahdanauAttention(units=6)
+    cell = attention_wrapper.AttentionWrapper(
+        keras.layers.LSTMCell(9), mechanism, attention_layer_size=6)
+    bsd = beam_search_decoder.BeamSearchDecoder(
+        cell=cell, beam_width=beam_width,
+        output_layer=keras.layers.Dense(vocab_size),
+        length_penalty_weight=0.6, coverage_penalty_weight=0.2,
+        maximum_iterations=6)
+
+    def decode(memory, memory_sequence_length):
+        mechanism.setup_memory(
+            beam_search_decoder.tile_batch(memory, multiplier=beam_width),
+            memory_sequence_length=beam_search_decoder.tile_batch(
+                memory_sequence_length, multiplier=beam_width))
+        state = cell.get_initial_state(batch_size=batch_size * beam_width,
+                                       dtype=tf.float32)
+        outputs, state, lengths = bsd(
+            embedding, start_tokens=tf.fill([batch_size], start_token),
+            end_token=end_token, initial_state=state)
+        return (outputs.predicted_ids,
+                outputs.beam_search_decoder_output.parent_ids,
+                outputs.beam_search_decoder_output.scores,
+                lengths, state.log_probs)
+
+    eager = [t.numpy() for t in decode(memory, memory_sequence_length)]
+    xla = tf.function(decode, jit_compile=True)
+    compiled = [t.numpy() for t in xla(memory, memory_sequence_length)]
+    return eager, compiled, end_token
+
+
+def test_beam_search_under_xla_same_beams(eager_and_xla_beams):
+    eager, compiled, end_token = eager_and_xla_beams
+    ids, parent_ids, scores, lengths, log_probs = eager
+    xla_ids, xla_parent_ids, xla_scores, xla_lengths, xla_log_probs = compiled
+    steps = ids.shape[1]
+    # Under XLA the outputs have maximum_iterations steps (fixed-size
+    # arrays); those past the last step the eager loop ran are end_token.
+    assert ids.shape[0] == 2 and ids.shape[2] == 3 and 1 <= steps <= 6
+    assert xla_ids.shape == (2, 6, 3)
+    np.testing.assert_array_equal(xla_ids[:, :steps], ids)
+    np.testing.assert_array_equal(xla_ids[:, steps:], end_token)
+    np.testing.assert_array_equal(xla_parent_ids[:, :steps], parent_ids)
+    np.testing.assert_array_equal(xla_lengths, lengths)
+    np.testing.assert_allclose(xla_scores[:, :steps], scores, rtol=1e-5,
+                               atol=1e-5)
+    np.testing.assert_allclose(xla_log_probs, log_probs, rtol=1e-5, atol=1e-5)
+    # Each step's beams come out of top_k, best first.
+    assert (np.diff(scores, axis=-1) <= 0).all()
+
+
+# Not in Addons: bad inputs get an error naming the argument.
+
+
+def test_check_batch_beam_names_the_flag():
+    @tf.function(input_signature=(tf.TensorSpec([None, None, 10], tf.float32),))
+    def check(t):
+        beam_search_decoder._check_batch_beam(t, 4, 5)
+
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="reshapable to \\[batch_size, beam_size, -1\\].*"
+                       "reorder_tensor_arrays to False"):
+        check(tf.zeros([8, 21, 10]))  # 21 is not 4 * 5.
+
+
+def test_beam_width_must_be_positive_int():
+    cell = keras.layers.LSTMCell(5)
+    for beam_width in (0, -2, 2.0, None):
+        with pytest.raises(ValueError, match="beam_width must be a positive"):
+            beam_search_decoder.BeamSearchDecoder(cell, beam_width=beam_width)
+
+
+def _decoder_and_cell(beam_width=3, attention_memory=None):
+    cell = keras.layers.LSTMCell(5)
+    mechanism = None
+    if attention_memory is not None:
+        mechanism = attention_wrapper.LuongAttention(5, memory=attention_memory)
+        cell = attention_wrapper.AttentionWrapper(cell, mechanism)
+    bsd = beam_search_decoder.BeamSearchDecoder(
+        cell, beam_width=beam_width, maximum_iterations=2,
+        output_layer=keras.layers.Dense(7))
+    return bsd, cell, mechanism
+
+
+def test_initial_state_batch_not_batch_times_beam():
+    bsd, cell, _ = _decoder_and_cell(beam_width=3)
+    embedding = tf.random.normal([7, 4])
+    # Batch 2 (start_tokens) and beam_width 3 need a state of batch 6.
+    with pytest.raises(ValueError, match="batch_size \\* beam_width == 2 \\* 3"):
+        bsd(embedding, tf.zeros([2], tf.int32), 1,
+            cell.get_initial_state(batch_size=4))
+
+    @tf.function(input_signature=(tf.TensorSpec([None], tf.int32),
+                                  tf.TensorSpec([None, 5], tf.float32)))
+    def decode(start_tokens, h):
+        return bsd(embedding, start_tokens, 1, [h, h])
+
+    decode(tf.zeros([2], tf.int32), tf.zeros([6, 5]))  # Batch 2 * 3: fine.
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="the batch of initial_state must be batch_size "
+                       "\\* beam_width"):
+        decode(tf.zeros([2], tf.int32), tf.zeros([7, 5]))
+
+
+def test_memory_not_tiled_to_the_beams():
+    memory = tf.random.normal([2, 4, 5])
+    # The memory of batch 2, not tiled, and the state of 2 * 3 beams.
+    bsd, cell, _ = _decoder_and_cell(beam_width=3, attention_memory=memory)
+    with pytest.raises(ValueError,
+                       match="Non-matching batch sizes between the memory.*"
+                       "tile_batch"):
+        cell.get_initial_state(batch_size=2 * 3, dtype=tf.float32)
+    # The memory tiled, the state of the batch alone.
+    bsd, cell, _ = _decoder_and_cell(
+        beam_width=3,
+        attention_memory=beam_search_decoder.tile_batch(memory, 3))
+    with pytest.raises(ValueError,
+                       match="Non-matching batch sizes between the memory.*"
+                       "batch_size \\* beam_width"):
+        cell.get_initial_state(batch_size=2, dtype=tf.float32)

@@ -57,9 +57,13 @@ def _check_shapes(step_ids, parent_ids, max_sequence_lengths, end_token):
                      f"{max_sequence_lengths.shape}.")
 
 
-def _check_parents(ids, origin, bad_ids, found_bad, shape):
+def _check_parents(ids, index, invalid, found_bad, shape):
   """Raises InvalidArgumentError at the first invalid parent id followed, in
   (time, batch, beam) order (static shapes: no tf.where(origin))."""
+  # Where a walk back meets the invalid id first: the later steps valid.
+  origin = tf.logical_and(invalid, tf.logical_not(
+      tf.concat([invalid[1:], tf.zeros_like(invalid[:1])], 0)))
+  bad_ids = index
   flat = tf.range(tf.size(origin))
   first = tf.reduce_min(tf.where(tf.reshape(origin, [-1]), flat,
                                  tf.size(origin)))
@@ -134,53 +138,51 @@ def gather_tree(step_ids: Any, parent_ids: Any, max_sequence_lengths: Any,
             parent_ids.shape.is_fully_defined() and
             max_sequence_lengths.shape.is_fully_defined()):
       # Checked statically above where the shapes are known.
-      checks = [
-          tf.debugging.assert_equal(
-              tf.shape(step_ids), tf.shape(parent_ids),
-              message="gather_tree: step_ids.shape must match "
-              "parent_ids.shape"),
-          tf.debugging.assert_equal(
-              tf.shape(step_ids)[1], tf.shape(max_sequence_lengths)[0],
-              message="gather_tree: step_ids.shape[1] and "
-              "max_sequence_lengths.shape[0] must match")]
-      with tf.control_dependencies(checks):
+      shapes_agree = tf.reduce_all(tf.equal(
+          tf.concat([tf.shape(step_ids), tf.shape(step_ids)[1:2]], 0),
+          tf.concat([tf.shape(parent_ids), tf.shape(max_sequence_lengths)],
+                    0)))
+      check = tf.debugging.Assert(shapes_agree, [
+          "gather_tree: step_ids.shape must match parent_ids.shape, and "
+          "step_ids.shape[1] max_sequence_lengths.shape[0]; shapes are",
+          tf.shape(step_ids), tf.shape(parent_ids),
+          tf.shape(max_sequence_lengths)])
+      with tf.control_dependencies([check]):
         step_ids = tf.identity(step_ids)
     shape = tf.shape(step_ids)
     max_time, beam_width = shape[0], shape[2]
     lengths = tf.clip_by_value(max_sequence_lengths, 0, max_time)[:, None]
     beams = tf.broadcast_to(tf.range(beam_width)[None, :], shape[1:])
 
-    def back(carry, elems):
-      """One step back in time: the beams' ids at `time` and where the step
-      before reads (its parent; -1 once a parent was out of range)."""
-      index, broken = carry[0], carry[1]
-      ids, parents, time = elems
-      in_range = time < lengths
+    # Walk back from the last step: index[t] is the beam each beam's step t
+    # comes from (-1 once a parent id was out of range).
+    def back(time, index, indices):
+      time -= 1
       valid = tf.logical_and(index >= 0, index < beam_width)
-      safe = tf.where(valid, index, 0)
-      ids = tf.where(valid, tf.gather(ids, safe, batch_dims=1), -1)
-      parents = tf.where(valid, tf.gather(parents, safe, batch_dims=1), -1)
-      # Past a beam's length its ids are end_token, and the walk back starts
-      # from the beam itself at its last step.
-      ids = tf.where(in_range, ids, end_token)
-      invalid = tf.logical_and(in_range, tf.logical_not(valid))
-      origin = tf.logical_and(invalid, tf.logical_not(broken))
-      return (tf.where(in_range, parents, beams), invalid, ids, origin,
-              tf.where(origin, index, 0))
+      parents = tf.gather(parent_ids[time], tf.where(valid, index, 0),
+                          batch_dims=1)
+      # Past a beam's length, the walk starts from the beam itself at its
+      # last step.
+      previous = tf.where(time < lengths, tf.where(valid, parents, -1), beams)
+      return time, previous, indices.write(time, index)
 
-    zeros = tf.zeros_like(beams)
-    falses = tf.zeros_like(beams, tf.bool)
-    _, broken, ids, origin, bad_ids = tf.scan(
-        back, (step_ids, parent_ids, tf.range(max_time)),
-        initializer=(beams, falses, zeros, falses, zeros), reverse=True,
-        name="gather_tree_back")
-    ids = tf.reshape(ids, shape)  # Keeps the static shape when there is one.
-    ids.set_shape(step_ids.shape)
-    found_bad = tf.reduce_any(broken, axis=0)
+    indices = tf.TensorArray(tf.int32, size=max_time,
+                             element_shape=step_ids.shape[1:])
+    _, _, indices = tf.while_loop(
+        lambda time, *_: time > 0, back, (max_time, beams, indices),
+        maximum_iterations=max_time, name="gather_tree_back")
+    index = tf.reshape(indices.stack(), shape)  # Keeps a static shape.
+    index.set_shape(step_ids.shape)
+    in_range = tf.range(max_time)[:, None, None] < lengths[None]
+    valid = tf.logical_and(index >= 0, index < beam_width)
+    ids = tf.gather(step_ids, tf.where(valid, index, 0), axis=2, batch_dims=2)
+    ids = tf.where(in_range, tf.where(valid, ids, -1), end_token)
+    invalid = tf.logical_and(in_range, tf.logical_not(valid))
+    found_bad = tf.reduce_any(invalid, axis=0)
     if not decoder._in_xla():  # pylint: disable=protected-access
       # XLA cannot raise (it would log that it ignores the assertion): the
       # -1s are what it returns.
-      ids = _check_parents(ids, origin, bad_ids, found_bad, shape)
+      ids = _check_parents(ids, index, invalid, found_bad, shape)
     # Everything after a beam's first end_token is end_token (not for a
     # beam that met an invalid parent: the GPU kernel's -1s stay).
     ended = tf.math.cumsum(tf.cast(tf.equal(ids, end_token), tf.int32),
