@@ -753,11 +753,16 @@ def eager_and_xla_beams():
     eager = [t.numpy() for t in decode(memory, memory_sequence_length)]
     xla = tf.function(decode, jit_compile=True)
     compiled = [t.numpy() for t in xla(memory, memory_sequence_length)]
-    return eager, compiled, end_token
+    graph_def = xla.get_concrete_function(
+        memory, memory_sequence_length).graph.as_graph_def()
+    nodes = list(graph_def.node) + [
+        n for f in graph_def.library.function for n in f.node_def]
+    asserts = [n.name for n in nodes if n.op == "Assert"]
+    return eager, compiled, end_token, asserts
 
 
 def test_beam_search_under_xla_same_beams(eager_and_xla_beams):
-    eager, compiled, end_token = eager_and_xla_beams
+    eager, compiled, end_token, _ = eager_and_xla_beams
     ids, parent_ids, scores, lengths, log_probs = eager
     xla_ids, xla_parent_ids, xla_scores, xla_lengths, xla_log_probs = compiled
     steps = ids.shape[1]
@@ -772,8 +777,18 @@ def test_beam_search_under_xla_same_beams(eager_and_xla_beams):
     np.testing.assert_allclose(xla_scores[:, :steps], scores, rtol=1e-5,
                                atol=1e-5)
     np.testing.assert_allclose(xla_log_probs, log_probs, rtol=1e-5, atol=1e-5)
-    # Each step's beams come out of top_k, best first.
+    # Each step's beams come out of top_k, best first; one beam ended early.
     assert (np.diff(scores, axis=-1) <= 0).all()
+    assert (lengths < 6).any()
+
+
+def test_beam_search_under_xla_has_no_assertion(eager_and_xla_beams):
+    # XLA drops Assert ops, logging that it does per compilation: the beam
+    # search (dynamic_decode's "decoder" scope: the steps, gather_tree) adds
+    # none where shapes are static. (The attention mechanism's check of the
+    # memory's lengths is its own.)
+    asserts = eager_and_xla_beams[3]
+    assert not [name for name in asserts if name.startswith("decoder")], asserts
 
 
 # Not in Addons: bad inputs get an error naming the argument.

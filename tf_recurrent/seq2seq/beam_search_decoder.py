@@ -13,7 +13,7 @@ its tests call.
 """
 
 import collections
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
 
 import keras
 import numpy as np
@@ -320,7 +320,10 @@ class BeamSearchDecoderMixin:
         predicted_ids=tf.TensorShape([self._beam_width]),
         parent_ids=tf.TensorShape([self._beam_width]))
 
-  def finalize(self, outputs, final_state, sequence_lengths):
+  def finalize(self, outputs: BeamSearchDecoderOutput,
+               final_state: BeamSearchDecoderState,
+               sequence_lengths: Any) -> Tuple[FinalBeamSearchDecoderOutput,
+                                               BeamSearchDecoderState]:
     """Finalize and return the predicted_ids.
 
     Args:
@@ -511,7 +514,9 @@ class BeamSearchDecoderMixin:
         [_check_batch_beam(t, self._batch_size, self._beam_width)]):
       return gather_tree_from_array(t, parent_ids, sequence_length)
 
-  def step(self, time, inputs, state, training=None, name=None):
+  def step(self, time: Any, inputs: Any, state: BeamSearchDecoderState,
+           training: Optional[bool] = None,
+           name: Optional[str] = None) -> Tuple[Any, Any, Any, Any]:
     """Perform a decoding step.
 
     Args:
@@ -645,7 +650,8 @@ class BeamSearchDecoder(BeamSearchDecoderMixin, decoder.BaseDecoder):
                      reorder_tensor_arrays=reorder_tensor_arrays, **kwargs)
     self._embedding_fn = embedding_fn
 
-  def initialize(self, embedding, start_tokens, end_token, initial_state):
+  def initialize(self, embedding: Any, start_tokens: Any, end_token: Any,
+                 initial_state: Any) -> Tuple[Any, Any, BeamSearchDecoderState]:
     """Initialize the decoder.
 
     Args:
