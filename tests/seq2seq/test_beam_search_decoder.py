@@ -837,6 +837,16 @@ def test_initial_state_batch_not_batch_times_beam():
     def decode(start_tokens, h):
         return bsd(embedding, start_tokens, 1, [h, h])
 
+    # Batch 7, which beam_width 3 does not divide, known when traced.
+    @tf.function(input_signature=(tf.TensorSpec([None], tf.int32),))
+    def decode_batch_7(start_tokens):
+        return bsd(embedding, start_tokens, 1,
+                   cell.get_initial_state(batch_size=7))
+
+    with pytest.raises(ValueError, match="batch 7 .*which beam_width 3 does "
+                       "not divide"):
+        decode_batch_7(tf.zeros([2], tf.int32))
+
     decode(tf.zeros([2], tf.int32), tf.zeros([6, 5]))  # Batch 2 * 3: fine.
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match="the batch of initial_state must be batch_size "
@@ -860,3 +870,19 @@ def test_memory_not_tiled_to_the_beams():
                        match="Non-matching batch sizes between the memory.*"
                        "batch_size \\* beam_width"):
         cell.get_initial_state(batch_size=2, dtype=tf.float32)
+    # Unknown batch sizes: checked when run.
+    bsd, cell, mechanism = _decoder_and_cell(beam_width=3,
+                                             attention_memory=memory)
+    embedding = tf.random.normal([7, 4])
+
+    @tf.function(input_signature=(tf.TensorSpec([None, 4, 5], tf.float32),))
+    def decode(memory):
+        batch_size = tf.shape(memory)[0]
+        mechanism.setup_memory(memory)  # Not tiled.
+        state = cell.get_initial_state(batch_size=batch_size * 3,
+                                       dtype=tf.float32)
+        return bsd(embedding, tf.zeros([batch_size], tf.int32), 1, state)
+
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="Non-matching batch sizes between the memory"):
+        decode(memory)

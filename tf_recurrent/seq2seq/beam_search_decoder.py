@@ -412,6 +412,13 @@ class BeamSearchDecoderMixin:
           "you forgot to call get_initial_state with "
           "batch_size=encoder_batch_size * beam_width, or to tile the "
           "encoder's state with tile_batch(..., multiplier=beam_width)?")
+    if t.shape[0] is not None and t.shape[0] % self._beam_width:
+      raise ValueError(
+          f"A cell state or output has batch {t.shape[0]} (shape "
+          f"{t.shape}), which beam_width {self._beam_width} does not divide: "
+          "it must be batch_size * beam_width (call get_initial_state with "
+          "batch_size=encoder_batch_size * beam_width and tile the encoder's "
+          "state with tile_batch(..., multiplier=beam_width)).")
     if t.shape[1:].is_fully_defined():  # Fewer ops to trace.
       reshaped_t = tf.reshape(t, [-1, self._beam_width] + t.shape[1:].as_list())
     else:
