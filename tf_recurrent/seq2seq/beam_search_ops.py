@@ -57,21 +57,17 @@ def _check_shapes(step_ids, parent_ids, max_sequence_lengths, end_token):
                      f"{max_sequence_lengths.shape}.")
 
 
-def _check_parents(ids, index, invalid, found_bad, shape):
-  """Raises InvalidArgumentError at the first invalid parent id followed, in
-  (time, batch, beam) order (static shapes: no tf.where(origin))."""
-  # Where a walk back meets the invalid id first: the later steps valid.
-  origin = tf.logical_and(invalid, tf.logical_not(
-      tf.concat([invalid[1:], tf.zeros_like(invalid[:1])], 0)))
-  bad_ids = index
-  flat = tf.range(tf.size(origin))
-  first = tf.reduce_min(tf.where(tf.reshape(origin, [-1]), flat,
-                                 tf.size(origin)))
-  bad_id = tf.reduce_sum(tf.where(tf.equal(flat, first),
-                                  tf.reshape(bad_ids, [-1]), 0))
-  batch_size, beam_width = shape[1], shape[2]
-  where = tf.stack([first // (batch_size * beam_width),
-                    first // beam_width % batch_size, first % beam_width])
+def _check_parents(ids, index, invalid, found_bad, dims):
+  """Raises InvalidArgumentError naming an invalid parent id followed and
+  where: the last in (time, batch, beam) order, where its beam's walk back
+  met it (the steps before hold -1). Static shapes: no tf.where(invalid)."""
+  flat = tf.range(tf.size(invalid))
+  last = tf.reduce_max(tf.where(tf.reshape(invalid, [-1]), flat, -1))
+  bad_id = tf.reduce_sum(tf.where(tf.equal(flat, last),
+                                  tf.reshape(index, [-1]), 0))
+  _, batch_size, beam_width = dims
+  where = tf.stack([last // (batch_size * beam_width),
+                    last // beam_width % batch_size, last % beam_width])
   if tf.executing_eagerly():
     if bool(tf.reduce_any(found_bad)):
       raise tf.errors.InvalidArgumentError(
@@ -149,18 +145,23 @@ def gather_tree(step_ids: Any, parent_ids: Any, max_sequence_lengths: Any,
           tf.shape(max_sequence_lengths)])
       with tf.control_dependencies([check]):
         step_ids = tf.identity(step_ids)
-    shape = tf.shape(step_ids)
-    max_time, beam_width = shape[0], shape[2]
-    lengths = tf.clip_by_value(max_sequence_lengths, 0, max_time)[:, None]
-    beams = tf.broadcast_to(tf.range(beam_width)[None, :], shape[1:])
+    # [max_time, batch_size, beam_width]: Python ints where known (fewer ops
+    # to trace, static shapes for XLA).
+    dynamic = tf.unstack(tf.shape(step_ids), num=3)
+    dims = [static if static is not None else dim
+            for static, dim in zip(step_ids.shape, dynamic)]
+    max_time, beam_width = dims[0], dims[2]
+    lengths = tf.expand_dims(
+        tf.clip_by_value(max_sequence_lengths, 0, max_time), 1)
+    beams = tf.broadcast_to(tf.range(beam_width), dims[1:])
 
     # Walk back from the last step: index[t] is the beam each beam's step t
     # comes from (-1 once a parent id was out of range).
     def back(time, index, indices):
       time -= 1
       valid = tf.logical_and(index >= 0, index < beam_width)
-      parents = tf.gather(parent_ids[time], tf.where(valid, index, 0),
-                          batch_dims=1)
+      parents = tf.gather(tf.gather(parent_ids, time),
+                          tf.where(valid, index, 0), batch_dims=1)
       # Past a beam's length, the walk starts from the beam itself at its
       # last step.
       previous = tf.where(time < lengths, tf.where(valid, parents, -1), beams)
@@ -171,9 +172,10 @@ def gather_tree(step_ids: Any, parent_ids: Any, max_sequence_lengths: Any,
     _, _, indices = tf.while_loop(
         lambda time, *_: time > 0, back, (max_time, beams, indices),
         maximum_iterations=max_time, name="gather_tree_back")
-    index = tf.reshape(indices.stack(), shape)  # Keeps a static shape.
+    index = indices.stack()
     index.set_shape(step_ids.shape)
-    in_range = tf.range(max_time)[:, None, None] < lengths[None]
+    # [max_time, batch_size, 1]: the steps before each entry's length.
+    in_range = tf.reshape(tf.range(max_time), [-1, 1, 1]) < lengths
     valid = tf.logical_and(index >= 0, index < beam_width)
     ids = tf.gather(step_ids, tf.where(valid, index, 0), axis=2, batch_dims=2)
     ids = tf.where(in_range, tf.where(valid, ids, -1), end_token)
@@ -182,10 +184,10 @@ def gather_tree(step_ids: Any, parent_ids: Any, max_sequence_lengths: Any,
     if not decoder._in_xla():  # pylint: disable=protected-access
       # XLA cannot raise (it would log that it ignores the assertion): the
       # -1s are what it returns.
-      ids = _check_parents(ids, index, invalid, found_bad, shape)
+      ids = _check_parents(ids, index, invalid, found_bad, dims)
     # Everything after a beam's first end_token is end_token (not for a
     # beam that met an invalid parent: the GPU kernel's -1s stay).
     ended = tf.math.cumsum(tf.cast(tf.equal(ids, end_token), tf.int32),
                            axis=0, exclusive=True) > 0
-    fill = tf.logical_and(ended, tf.logical_not(found_bad)[None])
+    fill = tf.logical_and(ended, tf.logical_not(found_bad))
     return tf.where(fill, end_token, ids)
