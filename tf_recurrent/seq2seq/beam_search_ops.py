@@ -2,9 +2,9 @@
 
 TF Addons ran it as a compiled custom kernel (`Addons>GatherTree`,
 `custom_ops/seq2seq/cc/kernels/beam_search_ops.cc`). Here it is a
-`tf.scan` backwards over time: no custom op to build or load, and it
-compiles under XLA (`tf.function(jit_compile=True)`) with the rest of a
-beam search.
+`tf.while_loop` back over time, following the parent ids, then one gather
+of the ids: no custom op to build or load, and it compiles under XLA
+(`tf.function(jit_compile=True)`) with the rest of a beam search.
 
 The kernel's semantics, per batch entry `b` and beam `k`, with
 `length = min(max_sequence_lengths[b], max_time)`:
@@ -15,7 +15,7 @@ The kernel's semantics, per batch entry `b` and beam `k`, with
   step before it holds the id of the beam the following step's parent id
   points to;
 - after the first `end_token` of a beam every step holds `end_token`
-  (inputs a `BeamSearchDecoder` never gives need it).
+  (only inputs a `BeamSearchDecoder` never gives need it).
 
 A parent id that is followed and is not in `[0, beam_width)` raises
 `InvalidArgumentError` (the CPU kernel's "Saw invalid parent id"). Under
