@@ -33,7 +33,9 @@ import pytest
 import tensorflow as tf
 
 from tf_recurrent.seq2seq import attention_wrapper
+from tf_recurrent.seq2seq import basic_decoder
 from tf_recurrent.seq2seq import beam_search_decoder, gather_tree
+from tf_recurrent.seq2seq import sampler as sampler_py
 
 
 @pytest.fixture(autouse=True)
@@ -789,6 +791,43 @@ def test_beam_search_under_xla_has_no_assertion(eager_and_xla_beams):
     # memory's lengths is its own.)
     asserts = eager_and_xla_beams[3]
     assert not [name for name in asserts if name.startswith("decoder")], asserts
+
+
+# Not in Addons: one beam is greedy decoding (BasicDecoder's argmax), up to
+# each sequence's end_token.
+
+
+def test_beam_width_one_is_greedy():
+    keras.utils.set_random_seed(3)  # Sequences of lengths 1, 7, 4 and 3.
+    batch_size, vocab_size, end_token, maximum_iterations = 4, 6, 4, 7
+    memory = tf.random.normal([batch_size, 5, 3])
+    embedding = 3 * tf.random.normal([vocab_size, 4])
+    mechanism = attention_wrapper.LuongAttention(8, memory=memory)
+    cell = attention_wrapper.AttentionWrapper(keras.layers.GRUCell(8), mechanism)
+    output_layer = keras.layers.Dense(
+        vocab_size, kernel_initializer=keras.initializers.RandomNormal(stddev=2.0))
+    start_tokens = tf.zeros([batch_size], tf.int32)
+    greedy = basic_decoder.BasicDecoder(
+        cell, sampler_py.GreedyEmbeddingSampler(), output_layer=output_layer,
+        maximum_iterations=maximum_iterations)
+    greedy_outputs, _, greedy_lengths = greedy(
+        embedding, initial_state=cell.get_initial_state(
+            batch_size=batch_size, dtype=tf.float32),
+        start_tokens=start_tokens, end_token=end_token)
+    beam = beam_search_decoder.BeamSearchDecoder(
+        cell, beam_width=1, output_layer=output_layer,
+        maximum_iterations=maximum_iterations)
+    beam_outputs, _, beam_lengths = beam(
+        embedding, start_tokens, end_token,
+        cell.get_initial_state(batch_size=batch_size, dtype=tf.float32))
+    ids = beam_outputs.predicted_ids.numpy()[:, :, 0]
+    lengths = beam_lengths.numpy()[:, 0]
+    np.testing.assert_array_equal(lengths, greedy_lengths)
+    np.testing.assert_array_equal(lengths, [1, 7, 4, 3])
+    for i, length in enumerate(lengths):
+        np.testing.assert_array_equal(
+            ids[i, :length], greedy_outputs.sample_id.numpy()[i, :length])
+        np.testing.assert_array_equal(ids[i, length:], end_token)
 
 
 # Not in Addons: bad inputs get an error naming the argument.
