@@ -830,6 +830,35 @@ def test_beam_width_one_is_greedy():
         np.testing.assert_array_equal(ids[i, length:], end_token)
 
 
+# Not in Addons: the search's own code runs unconverted by AutoGraph; the
+# user's embedding_fn is converted as a direct call from the tf.function
+# would have been (its `if` on a tensor becomes a tf.cond).
+
+
+def test_embedding_fn_converted_like_its_caller():
+    embedding = tf.random.normal([7, 4])
+
+    def embedding_fn(ids):
+        if tf.reduce_any(ids > 3):  # A tensor: needs AutoGraph.
+            return tf.nn.embedding_lookup(embedding, ids)
+        return tf.nn.embedding_lookup(-embedding, ids)
+
+    cell = keras.layers.LSTMCell(5)
+    bsd = beam_search_decoder.BeamSearchDecoder(
+        cell, beam_width=2, embedding_fn=embedding_fn, maximum_iterations=3,
+        output_layer=keras.layers.Dense(7))
+
+    def decode(start_tokens):
+        return bsd(None, start_tokens, 6,
+                   cell.get_initial_state(batch_size=2 * 2))[0].predicted_ids
+
+    start_tokens = tf.constant([1, 5])
+    eager = decode(start_tokens)
+    np.testing.assert_array_equal(tf.function(decode)(start_tokens), eager)
+    with pytest.raises(TypeError, match="tf.Tensor. as a Python .bool."):
+        tf.function(decode, autograph=False)(start_tokens)
+
+
 # Not in Addons: bad inputs get an error naming the argument.
 
 
