@@ -290,8 +290,6 @@ def test_nmt_trains_and_translates_greedily():
   assert "beam" not in out
 
 
-@pytest.mark.skipif(not hasattr(seq2seq, "BeamSearchDecoder"),
-                    reason="tf_recurrent.seq2seq has no BeamSearchDecoder yet")
 def test_nmt_translates_with_beam_search():
   # The default --beam_width (3): the tutorial's beam_translate.
   job = run_job("tpu_examples.train_nmt", *NMT)

@@ -1,8 +1,9 @@
 """`tf_recurrent.seq2seq`: TF Addons' `tfa.seq2seq` for Keras 3.
 
 Attention mechanisms and `AttentionWrapper`, samplers, `BasicDecoder`,
-`dynamic_decode`, `tile_batch` and `sequence_loss`, with Addons' names,
-signatures, defaults and semantics. A teacher-forced `AttentionWrapper`
+`BeamSearchDecoder` (its `gather_tree` in plain TensorFlow ops, XLA-
+compilable), `dynamic_decode`, `tile_batch` and `sequence_loss`, with
+Addons' names, signatures, defaults and semantics. A teacher-forced `AttentionWrapper`
 trains on the op through `tf_recurrent.RNN(AttentionWrapper(...))` (only
 the state kept per step); `dynamic_decode` runs inference in a
 `tf.while_loop`.
@@ -32,6 +33,13 @@ from tf_recurrent.seq2seq.attention_wrapper import AttentionWrapper
 from tf_recurrent.seq2seq.attention_wrapper import AttentionWrapperState
 from tf_recurrent.seq2seq.basic_decoder import BasicDecoder
 from tf_recurrent.seq2seq.basic_decoder import BasicDecoderOutput
+from tf_recurrent.seq2seq.beam_search_decoder import BeamSearchDecoder
+from tf_recurrent.seq2seq.beam_search_decoder import BeamSearchDecoderMixin
+from tf_recurrent.seq2seq.beam_search_decoder import BeamSearchDecoderOutput
+from tf_recurrent.seq2seq.beam_search_decoder import BeamSearchDecoderState
+from tf_recurrent.seq2seq.beam_search_decoder import FinalBeamSearchDecoderOutput
+from tf_recurrent.seq2seq.beam_search_decoder import gather_tree_from_array
+from tf_recurrent.seq2seq.beam_search_ops import gather_tree
 from tf_recurrent.seq2seq.decoder import BaseDecoder
 from tf_recurrent.seq2seq.decoder import Decoder
 from tf_recurrent.seq2seq.decoder import dynamic_decode
@@ -50,10 +58,13 @@ from tf_recurrent.seq2seq.sampler import TrainingSampler
 __all__ = [
     "AttentionMechanism", "AttentionWrapper", "AttentionWrapperState",
     "BahdanauAttention", "BahdanauMonotonicAttention", "BaseDecoder",
-    "BasicDecoder", "BasicDecoderOutput", "CustomSampler", "Decoder",
-    "GreedyEmbeddingSampler", "InferenceSampler", "LuongAttention",
-    "LuongMonotonicAttention", "SampleEmbeddingSampler", "Sampler",
-    "ScheduledEmbeddingTrainingSampler", "ScheduledOutputTrainingSampler",
-    "SequenceLoss", "TrainingSampler", "dynamic_decode", "hardmax",
+    "BasicDecoder", "BasicDecoderOutput", "BeamSearchDecoder",
+    "BeamSearchDecoderMixin", "BeamSearchDecoderOutput",
+    "BeamSearchDecoderState", "CustomSampler", "Decoder",
+    "FinalBeamSearchDecoderOutput", "GreedyEmbeddingSampler",
+    "InferenceSampler", "LuongAttention", "LuongMonotonicAttention",
+    "SampleEmbeddingSampler", "Sampler", "ScheduledEmbeddingTrainingSampler",
+    "ScheduledOutputTrainingSampler", "SequenceLoss", "TrainingSampler",
+    "dynamic_decode", "gather_tree", "gather_tree_from_array", "hardmax",
     "monotonic_attention", "safe_cumprod", "sequence_loss", "tile_batch",
 ]

@@ -187,7 +187,8 @@ class BaseDecoder(_DecoderInterface, keras.layers.Layer):
 
 
 
-def _in_xla() -> bool:
+def in_xla_context() -> bool:
+  """Whether the graph being built is compiled by XLA (`jit_compile`)."""
   if tf.executing_eagerly():
     return False
   from tensorflow.python.ops import control_flow_util  # pylint: disable=g-import-not-at-top
@@ -238,7 +239,7 @@ def dynamic_decode(decoder: Union[Decoder, BaseDecoder],
   (TensorShape([2, 3, 4]), array([3, 1], dtype=int32))
   """
   with tf.name_scope(scope or "decoder"):
-    is_xla = _in_xla()
+    is_xla = in_xla_context()
     if maximum_iterations is not None:
       maximum_iterations = tf.convert_to_tensor(
           maximum_iterations, dtype=tf.int32, name="maximum_iterations")

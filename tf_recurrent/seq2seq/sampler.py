@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional
 import tensorflow as tf
 
 from tf_recurrent.seq2seq import decoder
+from tf_recurrent.seq2seq import helpers
 
 
 
@@ -134,14 +135,8 @@ def _unstack_ta(inp):
                         element_shape=inp.shape[1:]).unstack(inp)
 
 
-def _check_sequence_is_right_padded(mask, time_major):
-  if time_major:
-    mask = tf.transpose(mask)
-  lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
-  right_padded = tf.sequence_mask(lengths, maxlen=tf.shape(mask)[1],
-                                  dtype=tf.bool)
-  return tf.debugging.Assert(tf.reduce_all(tf.equal(mask, right_padded)),
-                             ["The input sequence should be right padded."])
+# Addons' name, which its tests call.
+_check_sequence_is_right_padded = helpers.check_sequence_is_right_padded
 
 
 class TrainingSampler(_IdSampler):
