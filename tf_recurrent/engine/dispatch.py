@@ -43,7 +43,8 @@ def run(cell: Any,
         zero_output_for_mask: bool = False,
         xla_steps: Union[str, bool] = "auto",
         convertible: bool = True,
-        generic: Optional[Callable[[], T]] = None
+        generic: Optional[Callable[[], T]] = None,
+        own_step: bool = False
         ) -> Union[Tuple[Any, List[tf.Tensor], tf.Tensor], T]:
   """Runs a Keras cell over a sequence; returns (outputs, states, last).
 
@@ -92,6 +93,10 @@ def run(cell: Any,
     generic: Runs a cell the chunked loops do not take, instead of the
       op's loop for a Keras cell (`dynamic_rnn` steps RNNCell-protocol
       objects its own way); its result is returned as it is.
+    own_step: Run a built-in cell's own call on the op too (case 3), not
+      the chunked loops, whose fused kernels round the same math
+      differently in the last bit: for a caller promising the step loop's
+      numbers (a teacher-forced `seq2seq.BasicDecoder`).
 
   Returns:
     `(outputs, final states (a list), last output)`, the outputs in the
@@ -111,7 +116,7 @@ def run(cell: Any,
                           inference.takes_inference_path(training, inputs))
   spec = built_in.find(cell)
   chunked = (spec is not None and not tf.nest.is_nested(inputs) and
-             getattr(cell, "built", True))
+             getattr(cell, "built", True) and not own_step)
   if generic is not None and not (takes_inference_path or chunked):
     return generic()
   mask = _time_major_mask(mask, lengths, inputs, time_major)

@@ -75,7 +75,8 @@ class BasicDecoder(decoder.BaseDecoder):
     """With a `TrainingSampler` (teacher forcing: step t reads input t),
     `dynamic_decode`'s result from one run of the cell over the inputs'
     first n = min(max(sequence_length), maximum_iterations) steps on the
-    op (`tf_recurrent.engine.run`), whose gradient keeps the state per step
+    op (`tf_recurrent.engine.run`, the cell's own call: the loop's step
+    math, to the bit), whose gradient keeps the state per step
     where the while loop's autodiff keeps every step's intermediates (an
     attention's scores over the whole memory); None otherwise (a sampler
     that feeds back samples, a TensorArray in the state as with
@@ -126,7 +127,7 @@ class BasicDecoder(decoder.BaseDecoder):
     outputs, final, _ = engine.run(
         self.cell, x, state0, lengths=lengths if impute_finished else None,
         training=training, time_major=True, zero_output_for_mask=True,
-        convertible=False)
+        convertible=False, own_step=True)
     final_state = tf.nest.pack_sequence_as(state0, tf.nest.flatten(final))
     if self.output_layer is not None:
       outputs = self.output_layer(outputs)
