@@ -26,7 +26,7 @@ from tensorflow.python.framework import test_util
 from tf_recurrent import bidirectional_dynamic_rnn, dynamic_rnn, raw_rnn
 from tf_peers import (DropoutWrapper, DummyMultiDimensionalLSTM,
                       NestedRNNCell, PeerTestCase, SeededTestCase,
-                      TestStateSaver, check_scope, issue49, rnn_cell)
+                      TestStateSaver, check_scope, rnn_cell)
 
 nn = tf.compat.v1.nn
 v1 = tf.compat.v1
@@ -77,9 +77,6 @@ class LSTMTest(SeededTestCase):
         state_dynamic = tf.nest.flatten(state_dynamic)
     comparison_fn(np.hstack(state_static), np.hstack(state_dynamic))
 
-  @issue49(6, "eager only (the TF1 graph is exact, testTF1GraphsExact): "
-           "the op's eager call is one traced function, which Grappler's "
-           "arithmetic optimizer rewrites; static_rnn runs op by op")
   @test_util.run_in_graph_and_eager_modes
   def testDynamicRNNWithTupleStates(self):
     num_units, input_size, batch_size, num_proj, max_length = 3, 5, 2, 4, 8
@@ -105,7 +102,6 @@ class LSTMTest(SeededTestCase):
       self._compare_static_dynamic(sess, inputs, batch_size, input_size,
                                    static, dynamic, flatten_state=False)
 
-  @issue49(6, "eager only, as testDynamicRNNWithTupleStates")
   @test_util.run_in_graph_and_eager_modes
   def testDynamicRNNWithNestedTupleStates(self):
     num_units, input_size, batch_size, num_proj, max_length = 3, 5, 2, 4, 8

@@ -11,7 +11,6 @@ test_dynamic_peers_rnn_cell.py (rnn_cell_test.py) and test_contrib_peers.py
 import contextlib
 
 import numpy as np
-import pytest
 import tensorflow as tf
 from tf_keras.src.layers.rnn import legacy_cell_wrappers
 from tf_keras.src.layers.rnn import legacy_cells as rnn_cell
@@ -21,15 +20,14 @@ DropoutWrapper = legacy_cell_wrappers.DropoutWrapper
 __all__ = ["PeerTestCase", "SeededTestCase", "rnn_cell", "DropoutWrapper", "Plus1RNNCell", "CallPlus1RNNCell",
            "ScalarStateRNNCell", "UnbalancedOutputRNNCell",
            "TensorArrayStateRNNCell", "DummyMultiDimensionalLSTM",
-           "NestedRNNCell", "TestStateSaver", "check_scope", "issue49",
+           "NestedRNNCell", "TestStateSaver", "check_scope",
            "unittest_result_lists"]
 
 
 class PeerTestCase(tf.test.TestCase):
   """`tf.test.TestCase` whose `subTest` is a plain context, so that a
   failure in either mode of `run_in_graph_and_eager_modes` fails the test
-  (pytest reports a failed subtest of a passing test, which a strict xfail
-  would count as an unexpected pass)."""
+  (pytest would report a failed subtest of a passing test)."""
 
   @contextlib.contextmanager
   def subTest(self, msg=None, **params):  # pylint: disable=invalid-name
@@ -49,12 +47,6 @@ class SeededTestCase(PeerTestCase):
     super().setUp()
     self._seed = 23489
     np.random.seed(self._seed)
-
-
-def issue49(kind, why):
-  """Marks a ported case failing on issue 49's `kind` (strict: it must
-  fail until the fix lands)."""
-  return pytest.mark.xfail(strict=True, reason=f"issue 49 kind {kind}: {why}")
 
 
 def unittest_result_lists(test):

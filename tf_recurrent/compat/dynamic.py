@@ -26,11 +26,15 @@ loop here runs one step at a time (the fallback's too, so that a seeded
 cell's draws reproduce) and keeps the per-step states in memory.
 """
 
+import contextlib
 from typing import Any, Callable, Optional, Tuple
 
 from absl import logging
 import keras
 import tensorflow as tf
+from tensorflow.core.protobuf import config_pb2
+from tensorflow.core.protobuf import rewriter_config_pb2
+from tensorflow.python.eager import context  # pylint: disable=g-direct-tensorflow-import
 
 from tf_recurrent import engine
 from tf_recurrent.op import accumulators
@@ -410,6 +414,30 @@ def _zero_step(inputs: Any) -> Any:
   return tf.nest.map_structure(zeros, inputs)
 
 
+@contextlib.contextmanager
+def _exact_when_eager(cell: Any):
+  """An RNNCell object's eager call of the op without Grappler's
+  arithmetic rewrites, so its outputs equal `static_rnn`'s bit for bit as
+  in a TF1 graph (TensorFlow's tests assert it). Eagerly `static_rnn` runs
+  op by op, and the op one traced function, which Grappler optimizes: its
+  arithmetic optimizer regroups the legacy LSTMCell's sums (4e-11 off)."""
+  if not tf.executing_eagerly() or _xla_steps(cell):
+    yield
+    return
+  eager = context.context()
+  options = eager.function_call_options
+  config = config_pb2.ConfigProto()
+  config.ParseFromString(options.config_proto_serialized)
+  config.graph_options.rewrite_options.arithmetic_optimization = (
+      rewriter_config_pb2.RewriterConfig.OFF)
+  eager.function_call_options = context.FunctionCallOptions(
+      executor_type=options.executor_type, config_proto=config)
+  try:
+    yield
+  finally:
+    eager.function_call_options = options
+
+
 def _xla_steps(cell: Any):
   """The op's `xla_steps` for a cell: "auto" (a step may run as one XLA
   cluster) for a Keras 3 cell; False for an RNNCell object (tf_keras's
@@ -611,10 +639,11 @@ def _on_op(cell, inputs, lengths, state0, output_dtype):
   start = {"cell": flat0, "output": zero_output}
   per_step = {"cell": [False] * len(flat0),
               "output": tf.nest.map_structure(lambda _: True, zero_output)}
-  acc, final = op.recurrent({}, start, inputs, cell_fn,
-                            sequence_length=lengths,
-                            accumulate_state=per_step,
-                            xla_steps=_xla_steps(cell))
+  with _exact_when_eager(cell):
+    acc, final = op.recurrent({}, start, inputs, cell_fn,
+                              sequence_length=lengths,
+                              accumulate_state=per_step,
+                              xla_steps=_xla_steps(cell))
   return acc["output"], unpack(final["cell"])
 
 
