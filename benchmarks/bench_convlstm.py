@@ -29,7 +29,6 @@ Usage:
 Writes CONVLSTM.md and convlstm.json into --out_dir.
 """
 
-import json
 import os
 from typing import Callable, Dict, List
 
@@ -40,6 +39,7 @@ from benchmarks.common import environment
 from benchmarks.common import interleaved_medians
 from benchmarks.common import peak_rss_slope
 from benchmarks.common import run_child
+from benchmarks.common import write_results
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("ranks", ["1", "2", "3"], "Spatial ranks to run.")
@@ -209,11 +209,7 @@ def main(argv):
         print(f"  ConvLSTM{rank}D {mode:3s} memory x state: " + ", ".join(
             f"{impl} {memory[impl]['vs_state']}" for impl in memory_impls),
               flush=True)
-  os.makedirs(FLAGS.out_dir, exist_ok=True)
-  with open(os.path.join(FLAGS.out_dir, "convlstm.json"), "w") as f:
-    json.dump(results, f, indent=1)
-  with open(os.path.join(FLAGS.out_dir, "CONVLSTM.md"), "w") as f:
-    f.write("\n".join(report(results)) + "\n")
+  write_results(FLAGS.out_dir, "convlstm", results, report(results))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ Usage:
 Writes DYNAMIC_RNN.md and dynamic_rnn.json into --out_dir.
 """
 
-import json
 import os
 from typing import Callable, Dict, List
 
@@ -39,6 +38,7 @@ from benchmarks.common import environment
 from benchmarks.common import interleaved_medians
 from benchmarks.common import peak_rss_slope
 from benchmarks.common import run_child
+from benchmarks.common import write_results
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("lengths", ["250", "500", "1000", "2000"], "Lengths T.")
@@ -163,11 +163,7 @@ def main(argv):
             f"{memory['vs_state']} x state", flush=True)
       results["rows"].append({"name": name, "xla": jit,
                               "us_per_step": times[name], "memory": memory})
-  os.makedirs(FLAGS.out_dir, exist_ok=True)
-  with open(os.path.join(FLAGS.out_dir, "dynamic_rnn.json"), "w") as f:
-    json.dump(results, f, indent=1)
-  with open(os.path.join(FLAGS.out_dir, "DYNAMIC_RNN.md"), "w") as f:
-    f.write("\n".join(report(results)) + "\n")
+  write_results(FLAGS.out_dir, "dynamic_rnn", results, report(results))
 
 
 if __name__ == "__main__":

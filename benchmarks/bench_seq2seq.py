@@ -37,7 +37,6 @@ Usage:
 Writes SEQ2SEQ.md and seq2seq.json into --out_dir.
 """
 
-import json
 import os
 from typing import Callable, Dict, List
 
@@ -48,6 +47,7 @@ from benchmarks.common import environment
 from benchmarks.common import interleaved_medians
 from benchmarks.common import peak_rss_slope
 from benchmarks.common import run_child
+from benchmarks.common import write_results
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("lengths", ["100", "400", "800"],
@@ -274,11 +274,7 @@ def main(argv):
               f"{memory[str(source)]['vs_state']} x state", flush=True)
       results["rows"].append({"name": name, "xla": jit,
                               "ms_per_step": times[name], "memory": memory})
-  os.makedirs(FLAGS.out_dir, exist_ok=True)
-  with open(os.path.join(FLAGS.out_dir, "seq2seq.json"), "w") as f:
-    json.dump(results, f, indent=1)
-  with open(os.path.join(FLAGS.out_dir, "SEQ2SEQ.md"), "w") as f:
-    f.write("\n".join(report(results)) + "\n")
+  write_results(FLAGS.out_dir, "seq2seq", results, report(results))
 
 
 if __name__ == "__main__":

@@ -232,6 +232,17 @@ def best_seconds(step: Callable[[], object], repeats: int) -> float:
   return best
 
 
+def write_results(out_dir: str, name: str, results: dict,
+                  report_lines: List[str]) -> None:
+  """Writes `results` as `<name>.json` and its report as `<NAME>.md` into
+  `out_dir` (made if missing)."""
+  os.makedirs(out_dir, exist_ok=True)
+  with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
+    json.dump(results, f, indent=1)
+  with open(os.path.join(out_dir, f"{name.upper()}.md"), "w") as f:
+    f.write("\n".join(report_lines) + "\n")
+
+
 def interleaved_medians(steps: Dict[str, Callable[[], object]], rounds: int,
                         warmup: int = 1) -> Dict[str, float]:
   """Median seconds of each step, the steps run in turn round by round.
