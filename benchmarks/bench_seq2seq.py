@@ -19,7 +19,9 @@ With and without XLA. Reported:
 
 * time: per T (T_src = T_tgt = T), the steps of both implementations run in
   turn, round after round, and the median per implementation, in
-  milliseconds per target step;
+  milliseconds per target step; each step first runs once alone in a fresh
+  process, for its peak RSS and to leave out a step that does not fit in
+  memory;
 * memory: per T_src, the peak RSS of one step at two target lengths, each
   in its own subprocess; the slope between them is what each extra target
   step costs, also as a multiple of the decoder's state per step (cell
@@ -45,6 +47,7 @@ from absl import flags
 
 from benchmarks.common import environment
 from benchmarks.common import interleaved_medians
+from benchmarks.common import peak_rss_of_child
 from benchmarks.common import peak_rss_slope
 from benchmarks.common import run_child
 from benchmarks.common import write_results
@@ -176,19 +179,24 @@ def report(results: dict) -> List[str]:
       "float32; a teacher-forced training step (forward, loss over every "
       "step's output, gradients of all weights). Time: median of "
       f"{FLAGS.rounds} interleaved rounds, milliseconds per target step, "
-      "T_src = T_tgt = T. Memory: slope of the peak RSS between T_tgt=" +
+      "T_src = T_tgt = T (failed: the step did not fit in memory). Peak GB: "
+      "one step's peak RSS in a fresh process. Memory: slope of the peak RSS between T_tgt=" +
       " and T_tgt=".join(FLAGS.memory_lengths) + " at each T_src, per "
       "target step, and as a multiple of the decoder's state per step "
       "(h, c, attention, alignments).", "",
       "| implementation | mode | " + " | ".join(f"T={t}" for t in lengths) +
+      " | " + " | ".join(f"peak GB T={t}" for t in lengths) +
       " | " + " | ".join(f"bytes/step T_src={s}" for s in sources) +
       " | " + " | ".join(f"x state T_src={s}" for s in sources) + " |",
-      "|---|---|" + "---|" * (len(lengths) + 2 * len(sources))]
+      "|---|---|" + "---|" * (2 * len(lengths) + 2 * len(sources))]
   for r in rows:
     memory = [r["memory"][str(s)] for s in sources]
     lines.append(
         f"| {r['name']} | {'XLA' if r['xla'] else 'TF'} | " +
         " | ".join(fmt(r["ms_per_step"].get(str(t))) for t in lengths) +
+        " | " + " | ".join(
+            fmt(None if r["peak_rss"].get(str(t)) is None else
+                r["peak_rss"][str(t)] / 2**30, "{:.2f}") for t in lengths) +
         " | " + " | ".join(fmt(m["bytes_per_step"], "{:.0f}")
                            for m in memory) +
         " | " + " | ".join(fmt(m["vs_state"], "{:.2f}x") for m in memory) +
@@ -249,12 +257,25 @@ def main(argv):
              "memory_sources": sources, "rows": [], "beam_search": {}}
   from tf_recurrent import seq2seq  # pylint: disable=g-import-not-at-top
   beam = hasattr(seq2seq, "BeamSearchDecoder")
+  peaks = {}
   for jit in [mode == "xla" for mode in FLAGS.modes]:
     mode = "XLA" if jit else "TF"
     times = {name: {} for name in names}
     for steps in lengths:
+      # One step in a child first, alone: its peak RSS, and whether it fits
+      # in memory at all (an autodiff decoder at long lengths keeps tens of
+      # GB; in this process the OOM killer would end the whole run).
+      fits = []
+      for name in names:
+        peak = peak_rss_of_child("benchmarks.bench_seq2seq", [
+            f"--child={name}|{int(jit)}|{steps}", f"--batch={FLAGS.batch}",
+            f"--input={FLAGS.input}", f"--hidden={FLAGS.hidden}"])
+        peaks.setdefault((name, jit), {})[str(steps)] = peak
+        if peak is not None:
+          fits.append(name)
       medians = _timed({name: (lambda n=name: build_step(n, steps, jit))
-                        for name in names})
+                        for name in fits})
+      medians.update({name: None for name in names if name not in fits})
       for name, seconds in medians.items():
         times[name][str(steps)] = (None if seconds is None else
                                    seconds / steps * 1e3)
@@ -273,7 +294,9 @@ def main(argv):
         print(f"  {name:40s} {mode:3s} memory T_src={source} "
               f"{memory[str(source)]['vs_state']} x state", flush=True)
       results["rows"].append({"name": name, "xla": jit,
-                              "ms_per_step": times[name], "memory": memory})
+                              "ms_per_step": times[name],
+                              "peak_rss": peaks[(name, jit)],
+                              "memory": memory})
   write_results(FLAGS.out_dir, "seq2seq", results, report(results))
 
 

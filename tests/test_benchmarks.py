@@ -231,7 +231,7 @@ def test_seq2seq_benchmark_smoke(tmp_path):
   assert [(r["name"], r["xla"]) for r in results["rows"]] == [
       (ours, False), (keras_rnn, False), (ours, True), (keras_rnn, True)]
   for row in results["rows"]:
-    assert row["ms_per_step"]["4"] > 0
+    assert row["ms_per_step"]["4"] > 0 and row["peak_rss"]["4"] > 0
     assert None not in row["memory"]["5"]["peaks"]
   assert set(results["beam_search"]) == {"TF", "XLA"}
   assert all(v["4"] > 0 for v in results["beam_search"].values())
