@@ -59,6 +59,8 @@ flags.DEFINE_list("memory_sources", ["100", "400", "800"],
                   "Source lengths T_src of the memory slopes.")
 flags.DEFINE_list("memory_lengths", ["50", "100"],
                   "Two target lengths for each memory slope.")
+flags.DEFINE_integer("memory_repeats", 1, "Processes per memory length "
+                     "(the median peak is kept).")
 flags.DEFINE_integer("batch", 32, "Batch size B.")
 flags.DEFINE_integer("input", 128, "Decoder input features D.")
 flags.DEFINE_integer("hidden", 256, "LSTM units, attention depth and "
@@ -153,7 +155,7 @@ def memory_slope(name: str, jit: bool, source: int) -> Dict[str, object]:
       [int(t) for t in FLAGS.memory_lengths],
       [f"--batch={FLAGS.batch}", f"--input={FLAGS.input}",
        f"--hidden={hidden}", f"--source={source}"],
-      4 * FLAGS.batch * (3 * hidden + source))
+      4 * FLAGS.batch * (3 * hidden + source), repeats=FLAGS.memory_repeats)
 
 
 def report(results: dict) -> List[str]:
