@@ -11,9 +11,9 @@ attention_layer_size=H)` over a memory of T_src source steps:
   of the loop, which keeps every step's intermediates (for Bahdanau
   attention a [B, T_src, H] tensor or two per target step).
 
-TF Addons' own `dynamic_decode` needs TensorFlow <= 2.15 beside its Keras 2,
-which this machine's Python 3.11 TensorFlow 2.21 setup has no wheel set
-for; it is not measured here.
+TF Addons' own `dynamic_decode` needs TensorFlow <= 2.15 and its Keras 2,
+in a venv of its own (tensorflow-addons 0.23.0 has a CPython 3.11 wheel);
+that row is not measured yet.
 
 With and without XLA. Reported:
 
