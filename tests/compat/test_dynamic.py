@@ -265,6 +265,18 @@ def test_fallback_loops_run_steps_one_by_one():
   assert [o.get_attr("parallel_iterations") for o in loops] == [1, 1, 1]
 
 
+def test_exact_eager_call_leaves_the_threads_call_options_as_they_were():
+  """An RNNCell object's eager call turns Grappler's arithmetic optimizer
+  off for the op's function only: the thread's function-call options are
+  restored as they were (None: they follow the context's config)."""
+  from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
+  thread = context.context()._thread_local_data  # pylint: disable=protected-access
+  thread.function_call_options = None
+  cell, x, state0 = case("tuple", 3)
+  tf_recurrent.dynamic_rnn(cell, x, initial_state=state0, time_major=True)
+  assert thread.function_call_options is None
+
+
 def test_unknown_time_and_batch_while_tracing():
   cell, x, state0 = case("lstm", 6)
   lengths = tf.constant([6, 3, 0])

@@ -425,6 +425,9 @@ def _exact_when_eager(cell: Any):
     yield
     return
   eager = context.context()
+  # The thread's own setting, None until first read (then it follows the
+  # context's config): restored exactly as it was, None included.
+  before = eager._thread_local_data.function_call_options  # pylint: disable=protected-access
   options = eager.function_call_options
   config = config_pb2.ConfigProto()
   config.ParseFromString(options.config_proto_serialized)
@@ -435,7 +438,7 @@ def _exact_when_eager(cell: Any):
   try:
     yield
   finally:
-    eager.function_call_options = options
+    eager._thread_local_data.function_call_options = before  # pylint: disable=protected-access
 
 
 def _xla_steps(cell: Any):
