@@ -53,21 +53,24 @@ def peak_rss_bytes() -> int:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _run_module(module: str, args: List[str],
-                env: Optional[Dict[str, str]]) -> subprocess.CompletedProcess:
+def _run_module(module: str, args: List[str], env: Optional[Dict[str, str]],
+                python: Optional[str] = None) -> subprocess.CompletedProcess:
   """`python -m module args` in a fresh process from the repository root,
-  with `env` added to the environment, its output captured."""
+  with `env` added to the environment, its output captured; `python` is
+  this one's interpreter unless given (another venv's, say)."""
   return subprocess.run(
-      [sys.executable, "-m", module] + args, capture_output=True, text=True,
-      check=False, env={**os.environ, **(env or {})}, cwd=ROOT)
+      [python or sys.executable, "-m", module] + args, capture_output=True,
+      text=True, check=False, env={**os.environ, **(env or {})}, cwd=ROOT)
 
 
 def peak_rss_of_child(module: str, args: List[str],
-                      env: Optional[Dict[str, str]] = None) -> Optional[int]:
+                      env: Optional[Dict[str, str]] = None,
+                      python: Optional[str] = None) -> Optional[int]:
   """Runs `python -m module args` (which prints `PEAK_RSS <bytes>`) in a
   fresh process from the repository root, with `env` added to the
-  environment; its peak, or None if it failed."""
-  proc = _run_module(module, args, env)
+  environment (`python`: see `_run_module`); its peak, or None if it
+  failed."""
+  proc = _run_module(module, args, env, python)
   lines = [l for l in proc.stdout.splitlines() if l.startswith("PEAK_RSS")]
   if proc.returncode != 0 or not lines:
     print(f"  memory {module} {args[0]} failed: {proc.stderr[-500:]}")
@@ -81,7 +84,8 @@ def print_result(result: Any) -> None:
 
 
 def json_of_child(module: str, args: List[str],
-                  env: Optional[Dict[str, str]] = None) -> Optional[Any]:
+                  env: Optional[Dict[str, str]] = None,
+                  python: Optional[str] = None) -> Optional[Any]:
   """Runs `python -m module args` in a fresh process (see `_run_module`) and
   returns what it gave `print_result`, or None (with its stderr's tail
   printed) if it failed.
@@ -89,7 +93,8 @@ def json_of_child(module: str, args: List[str],
   A fresh process is what a user's first call meets: nothing traced, no
   function cached, no kernel warmed up by an earlier case.
   """
-  proc = _run_module(module, args, {"TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})})
+  proc = _run_module(module, args, {"TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})},
+                     python)
   lines = [l for l in proc.stdout.splitlines() if l.startswith(RESULT_PREFIX)]
   if proc.returncode != 0 or not lines:
     print(f"  child {module} {' '.join(args)} failed "
@@ -99,7 +104,8 @@ def json_of_child(module: str, args: List[str],
 
 
 def peak_rss_of_children(module: str, arg_lists: List[List[str]],
-                         env: Optional[Dict[str, str]] = None
+                         env: Optional[Dict[str, str]] = None,
+                         python: Optional[str] = None
                          ) -> List[Optional[int]]:
   """`peak_rss_of_child` for each argument list, two processes at a time.
 
@@ -107,8 +113,8 @@ def peak_rss_of_children(module: str, arg_lists: List[List[str]],
   changes no figure, only halves the wait.
   """
   with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-    return list(pool.map(lambda args: peak_rss_of_child(module, args, env),
-                         arg_lists))
+    return list(pool.map(
+        lambda args: peak_rss_of_child(module, args, env, python), arg_lists))
 
 
 def run_child(build_step: Callable[[str, int, bool], Callable[[], object]],
@@ -122,15 +128,17 @@ def run_child(build_step: Callable[[str, int, bool], Callable[[], object]],
 
 def peak_rss_slope(module: str, name: str, jit: bool, lengths: List[int],
                    args: List[str], state_bytes: int,
-                   per: str = "step", repeats: int = 1) -> Dict[str, object]:
+                   per: str = "step", repeats: int = 1,
+                   python: Optional[str] = None) -> Dict[str, object]:
   """The peak RSS of one step of `name` at two lengths, each in its own
-  process (`module --child=name|jit|length args`), and the slope between
-  them: bytes per extra `per`, and as a multiple of `state_bytes`. With
-  `repeats`, each length's peak is the median of that many processes (the
-  allocator moves a peak by tens of MB between identical runs)."""
+  process (`module --child=name|jit|length args`, run by `python`: see
+  `_run_module`), and the slope between them: bytes per extra `per`, and as
+  a multiple of `state_bytes`. With `repeats`, each length's peak is the
+  median of that many processes (the allocator moves a peak by tens of MB
+  between identical runs)."""
   peaks = peak_rss_of_children(module, [
       [f"--child={name}|{int(jit)}|{t}"] + args
-      for _ in range(repeats) for t in lengths])
+      for _ in range(repeats) for t in lengths], python=python)
   if None in peaks:
     return {"peaks": peaks, f"bytes_per_{per}": None, "vs_state": None}
   low, high = (statistics.median(peaks[i::2]) for i in (0, 1))
