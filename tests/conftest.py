@@ -41,13 +41,26 @@ def pytest_addoption(parser):
       help="Also run the tests marked `benchmarks` (as TFR_BENCHMARKS=1 "
       "does): the benchmark scripts end to end at tiny sizes, dozens of "
       "fresh TensorFlow processes. CI runs them.")
+  parser.addoption(
+      "--programs", action="store_true", default=False,
+      help="Also run the tests marked `programs` (as TFR_PROGRAMS=1 does): "
+      "tpu_examples' jobs and the serving scripts run end to end in fresh "
+      "processes. CI runs them.")
+
+
+# The tests that run only when asked: marker -> (switch, its variable).
+ON_REQUEST = {
+    "benchmarks": ("--benchmarks", "TFR_BENCHMARKS"),
+    "programs": ("--programs", "TFR_PROGRAMS"),
+}
 
 
 def pytest_configure(config):
   if config.getoption("--full"):
     os.environ["TFR_FULL"] = "1"  # Read by `pairwise` as test modules load.
-  if config.getoption("--benchmarks"):
-    os.environ["TFR_BENCHMARKS"] = "1"
+  for option, variable in ON_REQUEST.values():
+    if config.getoption(option):
+      os.environ[variable] = "1"
 
 
 def _enabled(variable):
@@ -56,14 +69,15 @@ def _enabled(variable):
 
 def pytest_collection_modifyitems(config, items):
   del config  # The switches are read from the environment.
-  if _enabled("TFR_BENCHMARKS"):
-    return
-  skip = pytest.mark.skip(
-      reason="a benchmark script's end-to-end run: --benchmarks or "
-      "TFR_BENCHMARKS=1 runs it (CI does)")
-  for item in items:
-    if item.get_closest_marker("benchmarks"):
-      item.add_marker(skip)
+  for marker, (option, variable) in ON_REQUEST.items():
+    if _enabled(variable):
+      continue
+    skip = pytest.mark.skip(
+        reason=f"marked `{marker}`: {option} or {variable}=1 runs it (CI "
+        "does)")
+    for item in items:
+      if item.get_closest_marker(marker):
+        item.add_marker(skip)
 
 
 def full_matrices():

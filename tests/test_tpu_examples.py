@@ -1,7 +1,7 @@
 """The tpu_examples jobs: the TPU step under XLA, replicas agree with one
-device, two workers end equal, a killed job resumes, the char LM runs and
-its TFLite models compute what its SavedModel does, the NMT tutorial
-trains and translates."""
+device; run as programs (`--programs`): two workers end equal, a killed job
+resumes, the char LM runs and its TFLite models compute what its
+SavedModel does, the NMT tutorial trains and translates."""
 
 import json
 import os
@@ -22,6 +22,9 @@ from tpu_examples import train_adding
 from tpu_examples import train_char_lm
 from tpu_examples import train_nmt
 
+# The tests that run a job as a program, in processes of its own: tens of
+# seconds each; `--programs` runs them (CI does).
+PROGRAM = pytest.mark.programs
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = dict(hidden=8, seed=3, learning_rate=1e-2, global_batch=8)
 SEQ_LEN = 12
@@ -106,6 +109,7 @@ def checkpoint_values(directory):
           if name.startswith("model/")}
 
 
+@PROGRAM
 def test_two_workers_end_with_identical_weights(tmp_path):
   ports = free_ports(2)
   cluster = {"worker": [f"localhost:{p}" for p in ports]}
@@ -131,6 +135,7 @@ def test_two_workers_end_with_identical_weights(tmp_path):
   assert step == 5
 
 
+@PROGRAM
 def test_tpu_without_a_tpu_fails_in_one_line():
   job = run_job("tpu_examples.train_adding", "--strategy=tpu")
   out = job.communicate(timeout=300)[0]
@@ -139,6 +144,7 @@ def test_tpu_without_a_tpu_fails_in_one_line():
   assert "Traceback" not in out
 
 
+@PROGRAM
 def test_killed_job_resumes_without_losing_steps(tmp_path):
   # The uninterrupted job and the one to kill are independent: side by side.
   whole = run_job("tpu_examples.train_adding", *ADDING, "--steps=12",
@@ -192,6 +198,7 @@ def char_lm(tmp_path_factory):
   return out, path
 
 
+@PROGRAM
 def test_char_lm_trains_logs_exports_and_samples(char_lm):
   out, path = char_lm
   bpc = float(out.split("held-out bits per character ")[1].split()[0])
@@ -219,6 +226,7 @@ def cell_clips(flatbuffer):
                         schema.UnidirectionalSequenceLSTMOptionsT)]
 
 
+@PROGRAM
 def test_char_lm_tflite_models_match_the_saved_model(tflite_converter,
                                                      char_lm):
   """sequence.tflite's logits are the SavedModel's; step.tflite fed one token
@@ -265,6 +273,7 @@ def nmt_epoch_losses(out):
           if line.startswith("Epoch ") and line.split()[2] == "Loss"]
 
 
+@PROGRAM
 def test_nmt_trains_and_translates_greedily():
   job = run_job("tpu_examples.train_nmt", *NMT, "--beam_width=0")
   out = job.communicate(timeout=600)[0]
@@ -290,6 +299,7 @@ def test_nmt_trains_and_translates_greedily():
   assert "beam" not in out
 
 
+@PROGRAM
 def test_nmt_translates_with_beam_search():
   # The default --beam_width (3): the tutorial's beam_translate.
   job = run_job("tpu_examples.train_nmt", *NMT)

@@ -1,5 +1,6 @@
 """SavedModel export: served in a fresh process without tf_recurrent, by the
-CLI, step by step, and fine-tuned after reload."""
+CLI, step by step, and fine-tuned after reload (the fresh process and the
+export example run as programs: `--programs`)."""
 
 import json
 import pathlib
@@ -224,11 +225,13 @@ def section(served, name):
   return served[name]["value"]
 
 
+@pytest.mark.programs  # One fresh process serves all three.
 def test_fresh_process_serves_and_fine_tunes(served):
   rejected = section(served, "serve")
   assert len(rejected) == 3, rejected
 
 
+@pytest.mark.programs  # One fresh process serves all three.
 def test_saved_model_cli_show_and_run(served):
   calls = section(served, "cli")
   show, run, bad = calls["show"], calls["good"], calls["wrong"]
@@ -242,6 +245,7 @@ def test_saved_model_cli_show_and_run(served):
       bad["stderr"][-2000:])
 
 
+@pytest.mark.programs  # One fresh process serves all three.
 def test_export_example_prints_a_working_cli_command(adding_export, served):
   proc, command = adding_export
   assert proc.returncode == 0, proc.stderr[-2000:]

@@ -1,16 +1,20 @@
 """An attention decoder's SavedModel serves beam search in a process that
 never imports tf_recurrent (issue 50: a model with an attention decoder
-exports a SavedModel whose serving signature runs beam search)."""
+exports a SavedModel whose serving signature runs beam search). The
+serving process runs as a program: `--programs`."""
 
 import json
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from conftest import run_fresh
 import tf_recurrent
 from tf_recurrent import seq2seq
+
+pytestmark = pytest.mark.programs
 
 VOCAB, UNITS, BEAM_WIDTH, START, END, MAX_STEPS = 11, 8, 3, 1, 2, 7
 
