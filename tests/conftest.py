@@ -173,6 +173,26 @@ def static_unroll(theta, state0, inputs, cell_fn, num_steps=None,
   return tf.nest.map_structure(stack, state0, *rows), state
 
 
+def linear_unroll(a, b, h0, reverse=False, lengths=None):
+  """The linear recurrence's reference: h_t = a_t * h_{t-1} + b_t as a
+  Python loop over the time axis of batch-major `[B, T, ...]` tensors,
+  differentiable by autodiff. `reverse` runs from the last step (h_t =
+  a_t h_{t+1} + b_t); with `lengths` example i runs steps t < lengths[i]
+  only and carries h through the others. Returns (every h, the last h)."""
+  total = int(a.shape[1])
+  h, rows = h0, [None] * total
+  for t in (reversed(range(total)) if reverse else range(total)):
+    new = a[:, t] * h + b[:, t]
+    if lengths is not None:
+      running = tf.reshape(tf.constant(np.asarray(lengths) > t),
+                           [-1] + [1] * (new.shape.rank - 1))
+      new = tf.where(running, new, h)
+    h = rows[t] = new
+  if not total:
+    return tf.zeros_like(a), h
+  return tf.stack(rows, axis=1), h
+
+
 def loss_weights(structure, seed):
   """Fixed random weights to reduce every float leaf to a scalar loss."""
   rng = np.random.default_rng(seed)

@@ -12,9 +12,10 @@ PACKAGE = pathlib.Path(__file__).parent.parent / "tf_recurrent"
 # ARCHITECTURE.md's table: each folder and the folders of ours it imports.
 IMPORTS = {
     "op": set(),
+    "linear": {"op"},
     "chunked": {"op"},
     "engine": {"chunked", "op"},
-    "layers": {"engine", "op"},
+    "layers": {"engine", "linear", "op"},
     "compat": {"engine", "op"},
     "export": {"engine"},
     "seq2seq": {"engine", "op"},

@@ -44,6 +44,7 @@ from tf_recurrent.layers.zoneout import ZoneoutGRU
 from tf_recurrent.layers.zoneout import ZoneoutGRUCell
 from tf_recurrent.layers.zoneout import ZoneoutLSTM
 from tf_recurrent.layers.zoneout import ZoneoutLSTMCell
+from tf_recurrent.linear.scan import linear_scan
 from tf_recurrent.op.bidirectional import bidirectional
 from tf_recurrent.op.op import Recurrent
 from tf_recurrent.op.op import recurrent
@@ -56,5 +57,5 @@ __all__ = ["recurrent", "Recurrent", "bidirectional", "step_seed", "RNN", "LSTM"
            "ZoneoutLSTM", "ZoneoutLSTMCell", "ZoneoutGRU", "ZoneoutGRUCell",
            "StreamingModule", "export_saved_model",
            "lingvo", "contrib", "dynamic_rnn", "bidirectional_dynamic_rnn",
-           "raw_rnn", "tflite", "seq2seq"]
+           "raw_rnn", "tflite", "seq2seq", "linear_scan"]
 __version__ = "0.1.0"
