@@ -36,6 +36,7 @@ Tensor = tf.Tensor
 # work (gathers, a layer's gate GEMMs) runs over K * B rows at once.
 AUTO_CHUNK = 64
 _HALF = (tf.float16, tf.bfloat16)
+FLOATS = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 
 
 def accumulation_dtype(dtype: tf.DType) -> tf.DType:

@@ -30,7 +30,6 @@ SECOND_ORDER_WHAT = "tf_recurrent.linear_scan"
 SECOND_ORDER_REMEDY = ("For a second order, write the recurrence as a "
                        "Python loop or tf.scan: autodiff's gradient.")
 
-_FLOATS = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 
 
 # Plain Python control flow on Python values: nothing for AutoGraph to
@@ -139,7 +138,7 @@ def _checked(a, b, initial_state, time_major):
                 if initial_state is not None else [None] * len(paths))
   for (path_a, path_b), x, y, h0, path_h0 in zip(
       paths, tf.nest.flatten(a), tf.nest.flatten(b), flat_init, init_paths):
-    if x.dtype not in _FLOATS:
+    if x.dtype not in chunks.FLOATS:
       raise TypeError(
           f"{path_a} must be float16, bfloat16, float32 or float64; got "
           f"{structs.describe(x)}.")
