@@ -29,6 +29,13 @@ from tf_recurrent.layers.layer_norm import LayerNormLSTM
 from tf_recurrent.layers.layer_norm import LayerNormLSTMCell
 from tf_recurrent.layers.layer_norm import LayerNormSimpleRNN
 from tf_recurrent.layers.layer_norm import LayerNormSimpleRNNCell
+from tf_recurrent.layers.linear import MinGRU
+from tf_recurrent.layers.linear import MinGRUCell
+from tf_recurrent.layers.linear import MinLSTM
+from tf_recurrent.layers.linear import MinLSTMCell
+from tf_recurrent.layers.linear import RGLRU
+from tf_recurrent.layers.linear import RGLRUCell
+from tf_recurrent.layers.linear import RGLRUDecay
 from tf_recurrent.layers.peephole import PeepholeLSTM
 from tf_recurrent.layers.peephole import PeepholeLSTMCell
 from tf_recurrent.layers.projection import ProjectedLSTM
@@ -57,5 +64,6 @@ __all__ = ["recurrent", "Recurrent", "bidirectional", "step_seed", "RNN", "LSTM"
            "ZoneoutLSTM", "ZoneoutLSTMCell", "ZoneoutGRU", "ZoneoutGRUCell",
            "StreamingModule", "export_saved_model",
            "lingvo", "contrib", "dynamic_rnn", "bidirectional_dynamic_rnn",
-           "raw_rnn", "tflite", "seq2seq", "linear_scan"]
+           "raw_rnn", "tflite", "seq2seq", "linear_scan", "MinGRU", "MinGRUCell",
+           "MinLSTM", "MinLSTMCell", "RGLRU", "RGLRUCell", "RGLRUDecay"]
 __version__ = "0.1.0"
