@@ -25,6 +25,8 @@ from tf_recurrent.compat.dynamic import dynamic_rnn
 from tf_recurrent.compat.dynamic import raw_rnn
 from tf_recurrent.export.serving import export as export_saved_model
 from tf_recurrent.export.serving import StreamingModule
+from tf_recurrent.layers.griffin import GriffinBlock
+from tf_recurrent.layers.griffin import GriffinBlockCell
 from tf_recurrent.layers.layer_norm import LayerNormLSTM
 from tf_recurrent.layers.layer_norm import LayerNormLSTMCell
 from tf_recurrent.layers.layer_norm import LayerNormSimpleRNN
@@ -65,5 +67,6 @@ __all__ = ["recurrent", "Recurrent", "bidirectional", "step_seed", "RNN", "LSTM"
            "StreamingModule", "export_saved_model",
            "lingvo", "contrib", "dynamic_rnn", "bidirectional_dynamic_rnn",
            "raw_rnn", "tflite", "seq2seq", "linear_scan", "MinGRU", "MinGRUCell",
-           "MinLSTM", "MinLSTMCell", "RGLRU", "RGLRUCell", "RGLRUDecay"]
+           "MinLSTM", "MinLSTMCell", "RGLRU", "RGLRUCell", "RGLRUDecay",
+           "GriffinBlock", "GriffinBlockCell"]
 __version__ = "0.1.0"

@@ -157,9 +157,13 @@ class LinearCell(keras.layers.Layer):
           initializer=self.bias_initializer, regularizer=self.bias_regularizer,
           constraint=self.bias_constraint)
 
+  def read(self, variable):
+    """A weight read in the compute dtype (None stays None)."""
+    return (None if variable is None else
+            tf.cast(tf.convert_to_tensor(variable), self.compute_dtype))
+
   def _weights_in_compute_dtype(self, variables) -> List[tf.Tensor]:
-    return [tf.cast(tf.convert_to_tensor(v), self.compute_dtype)
-            for v in variables if v is not None]
+    return [self.read(v) for v in variables if v is not None]
 
   def gate_weights(self) -> List[tf.Tensor]:
     """The tensors `gate_function` reads after x, in the compute dtype."""
@@ -363,7 +367,7 @@ _RNN_ARGS = ("return_sequences", "return_state", "go_backwards", "stateful",
              "unroll", "zero_output_for_mask", "chunk_size")
 
 
-def _split(kwargs: Dict[str, Any]):
+def split_arguments(kwargs: Dict[str, Any]):
   """Keyword arguments for the layer (Keras's RNN's and Layer's) and for
   the cell (the rest)."""
   layer_keys = set(_RNN_ARGS) | {"name", "dtype", "trainable",
@@ -374,7 +378,7 @@ def _split(kwargs: Dict[str, Any]):
   return layer, cell
 
 
-def _cell(cell_class, units, layer_kwargs, cell_kwargs):
+def make_cell(cell_class, units, layer_kwargs, cell_kwargs):
   return cell_class(units, dtype=layer_kwargs.get("dtype"),
                     trainable=layer_kwargs.get("trainable", True),
                     **cell_kwargs)
@@ -415,8 +419,8 @@ class MinGRU(LinearRNN):
   """
 
   def __init__(self, units: int, **kwargs):
-    layer_kwargs, cell_kwargs = _split(kwargs)
-    super().__init__(_cell(MinGRUCell, units, layer_kwargs, cell_kwargs),
+    layer_kwargs, cell_kwargs = split_arguments(kwargs)
+    super().__init__(make_cell(MinGRUCell, units, layer_kwargs, cell_kwargs),
                      **layer_kwargs)
 
 
@@ -436,8 +440,8 @@ class MinLSTM(LinearRNN):
   """
 
   def __init__(self, units: int, **kwargs):
-    layer_kwargs, cell_kwargs = _split(kwargs)
-    super().__init__(_cell(MinLSTMCell, units, layer_kwargs, cell_kwargs),
+    layer_kwargs, cell_kwargs = split_arguments(kwargs)
+    super().__init__(make_cell(MinLSTMCell, units, layer_kwargs, cell_kwargs),
                      **layer_kwargs)
 
 
@@ -461,8 +465,8 @@ class RGLRU(LinearRNN):
   """
 
   def __init__(self, units: int, **kwargs):
-    layer_kwargs, cell_kwargs = _split(kwargs)
-    super().__init__(_cell(RGLRUCell, units, layer_kwargs, cell_kwargs),
+    layer_kwargs, cell_kwargs = split_arguments(kwargs)
+    super().__init__(make_cell(RGLRUCell, units, layer_kwargs, cell_kwargs),
                      **layer_kwargs)
 
 
