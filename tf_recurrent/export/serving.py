@@ -6,7 +6,8 @@ recurrent layers with three signatures:
 
 * `serving_default(inputs)`: the model on whole sequences `[B, T, ...]`
   (dynamic batch and time), returning `{"output": ...}`;
-* `initial_state(batch_size)`: the zero state, `{"state_0": ..., ...}`;
+* `initial_state(batch_size)`: each layer's initial state (zeros for
+  Keras's cells), `{"state_0": ..., ...}`;
 * `step(inputs, state_0, state_1, ...)`: one time step `[B, ...]` from a
   given state, returning `{"output": ..., "state_0": ..., ...}`; fed its own
   states back, it reproduces the full-sequence outputs step by step.
@@ -95,8 +96,9 @@ class StreamingModule(tf.Module):
     return {"output": self.model(inputs, training=False)}
 
   def _initial_state(self, batch_size):
-    flat = [tf.zeros([batch_size, s], self.model.compute_dtype)
-            for sizes in self._state_sizes for s in sizes]
+    # Each layer's own (zeros for Keras's cells; minGRU's g(0) = 0.5).
+    flat = [tf.cast(s, self.model.compute_dtype) for layer in self._rnns
+            for s in tf.nest.flatten(layer.get_initial_state(batch_size))]
     return {f"state_{i}": s for i, s in enumerate(flat)}
 
   def _step(self, inputs, *flat_states):

@@ -69,12 +69,14 @@ def min_lstm_gates(x, kernel, bias=None):
 def rglru_gates(x, kernel, bias, decay):
   """RG-LRU: r = sigmoid(k_a), i = sigmoid(k_x), a = sigmoid(decay)^(c r),
   b = sqrt(1 - a^2) (i x). log a = -c r softplus(-decay), and
-  1 - a^2 = -expm1(2 log a): exact where a is close to 1."""
+  1 - a^2 = -tanh(log a) (1 + a^2) (as exp(y) - 1 = tanh(y/2) (exp(y) +
+  1)): accurate where a is close to 1, where 1 - a * a cancels, and made of
+  ops TFLite and ONNX have (expm1 is in neither)."""
   k_a, k_x = _preactivations(x, kernel, bias, 2)
   log_a = -RGLRU_C * tf.sigmoid(k_a) * tf.math.softplus(
       -tf.cast(decay, k_a.dtype))
   a = tf.exp(log_a)
-  scale = tf.sqrt(-tf.math.expm1(2.0 * log_a))
+  scale = tf.sqrt(-tf.tanh(log_a) * (1.0 + a * a))
   return a, scale * (tf.sigmoid(k_x) * tf.cast(x, k_a.dtype))
 
 
