@@ -388,10 +388,12 @@ def implements(concrete_function):
           if "api_implements" in f.attr]
 
 
-def test_only_graphs_nothing_differentiates_take_the_inference_path():
+@pytest.mark.parametrize("batch", [B, None])
+def test_only_graphs_nothing_differentiates_take_the_inference_path(batch):
+  """Whatever the batch size (an unknown one for ONNX's sake)."""
   keras.utils.set_random_seed(3)
   model = sequential(lstm(return_sequences=True))()
-  spec = tf.TensorSpec([B, T, D], tf.float32)
+  spec = tf.TensorSpec([batch, T, D], tf.float32)
   inference = tf.function(lambda x: model(x)).get_concrete_function(spec)
   assert [n[:5] for n in implements(inference)] == ["lstm_"]
   training = tf.function(lambda x: model(x, training=True)
@@ -415,6 +417,35 @@ def test_inference_graph_computes_what_the_training_loop_does(name):
   eager = model(x)  # Eager: tf_recurrent's own loop.
   graph = tf.function(lambda x: model(x))(tf.constant(x))
   np.testing.assert_allclose(graph, eager, rtol=0, atol=1e-6)
+
+
+# The three inference loops: the LSTM's function, the GRU's step, a cell's
+# own call (masked).
+@pytest.mark.parametrize("name", ["lstm_go_backwards", "gru", "gru_masked"])
+def test_gradients_of_an_inference_graph_are_the_training_loops(name):
+  """`tf.gradients` of a graph traced with an unknown batch and no tape (the
+  inference loops, autodiff) against the tape's gradient in eager (the
+  training loops' hand-written one)."""
+  keras.utils.set_random_seed(9)
+  model = CASES[name][0]()
+  x = case_inputs(name, model)[0]
+  with tf.GradientTape() as tape:
+    loss = tf.reduce_sum(model(x) ** 2)
+  expected = tape.gradient(loss, model.trainable_weights)
+
+  @tf.function(input_signature=[tf.TensorSpec([None] + list(x.shape[1:]))])
+  def gradients(x):
+    return tf.gradients(tf.reduce_sum(model(x) ** 2),
+                        model.trainable_weights)
+
+  graph = gradients.get_concrete_function().graph.as_graph_def()
+  ops = {n.op for n in graph.node} | {
+      n.op for f in graph.library.function for n in f.node_def}
+  assert "TensorListFromTensor" in ops and "InplaceUpdate" not in ops, ops
+  got = gradients(x)
+  assert len(got) == len(expected) > 0
+  for g, e in zip(got, expected):
+    np.testing.assert_allclose(g, e, rtol=0, atol=1e-5 * np.abs(e).max())
 
 
 @pytest.fixture(scope="module")

@@ -114,6 +114,28 @@ def fuses_as_lstm(cell) -> bool:
       set(spec.extra_weights(cell)) == {"projection"})
 
 
+def fused_kind(cell) -> Optional[str]:
+  """The fused op a converter can make of the cell's inference loop:
+  "lstm" (`fuses_as_lstm`), "gru" for a plain `keras.layers.GRUCell` with
+  `reset_after` (ONNX's `GRU` op; TFLite has none), or None.
+
+  Example:
+
+  >>> [fused_kind(c) for c in (keras.layers.LSTMCell(2),
+  ...                          keras.layers.GRUCell(2),
+  ...                          keras.layers.GRUCell(2, reset_after=False),
+  ...                          keras.layers.SimpleRNNCell(2))]
+  ['lstm', 'gru', None, None]
+  """
+  if fuses_as_lstm(cell):
+    return "lstm"
+  spec = find(cell)
+  if (type(cell) is keras.layers.GRUCell and spec is not None and
+      spec.kind(cell) == "gru"):
+    return "gru"
+  return None
+
+
 def _variable_dtype_value(variable) -> tf.Tensor:
   """A Keras weight read in its own (variable) dtype.
 

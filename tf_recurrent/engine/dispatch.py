@@ -52,9 +52,11 @@ def run(cell: Any,
   (ARCHITECTURE.md draws the same table):
 
   1. `convertible`, batch-major, a graph being traced that nothing will
-     differentiate (`training` falsy, no tape), a static batch size:
-     `inference.run`, loops TFLite converts (a plain LSTM unmasked:
-     tf_keras's fused `standard_lstm` function; else a `tf.while_loop`).
+     differentiate (`training` falsy, no tape), whatever its batch size:
+     `inference.run`, loops TFLite and ONNX converters convert (a plain
+     LSTM unmasked: tf_keras's fused `standard_lstm` function, ONNX's
+     `LSTM`; a plain GRU unmasked: tf_keras's step, ONNX's `GRU`; else a
+     `tf.while_loop` over the cell's call).
      A call that could be differentiated must keep its gradient's memory
      small, which these loops do not.
   2. A plain built-in cell (`built_in.find`: Keras's LSTM, GRU, SimpleRNN
@@ -129,7 +131,7 @@ def run(cell: Any,
     # A graph nothing differentiates: loops TFLite converts.
     last, outputs, states = inference.run(
         cell, inputs, structs.swap_batch_and_time(x, "inputs"),
-        initial_state, mask, built_in.fuses_as_lstm(cell), go_backwards,
+        initial_state, mask, built_in.fused_kind(cell), go_backwards,
         zero_output_for_mask)
     return outputs, states, last
   if chunked:

@@ -1,8 +1,10 @@
-"""The loops a Keras layer's inference call runs: graphs TFLite converts.
+"""The loops a Keras layer's inference call runs: graphs TFLite and ONNX
+converters convert.
 
 The training loops (`tf_recurrent.recurrent`, `tf_recurrent.chunked`) keep
-per-step rows in TensorLists with an unknown element shape and carry a
-custom gradient; TFLite's converter cannot lower either to builtin ops. A
+per-step rows in TensorLists with an unknown element shape, written with
+`Empty` and `InplaceUpdate`, and carry a custom gradient; TFLite's converter
+cannot lower them to builtin ops, and tf2onnx has no ONNX op for them. A
 layer call that needs no gradient takes these loops instead (the engine
 chooses them, `takes_inference_path`):
 
@@ -15,17 +17,30 @@ chooses them, `takes_inference_path`):
   read; otherwise it converts the function's body, a builtin `WHILE` loop.
   While `tflite.convert` runs (`tracing_projections`), a float32 projected
   LSTM does too, and `convert` then writes its projection into the fused op
-  (the contract has no argument for it);
-* any other cell (GRU, SimpleRNN, ConvLSTM, a user's cell, a masked LSTM)
-  runs `run_cell`, a `tf.while_loop` writing rows into a `tf.TensorArray`
-  whose element shape is static: a builtin `WHILE` loop after conversion.
+  (the contract has no argument for it). The body's step is Keras's, op for
+  op (`bias_add(x_t @ kernel + h @ recurrent_kernel, bias)`, one split,
+  `f * c + i * g`, `o * tanh(c)`), the pattern by which tf2onnx
+  (`lstm_tf2_rewriter.py`) makes one ONNX `LSTM` op of the loop, and of two
+  such loops over the same inputs, one forward and one reversed (a
+  `Bidirectional`), one bidirectional `LSTM`;
+* a plain GRU (`GRUCell`, `reset_after`, no mask) runs `gru_step` in
+  `run_cell`: tf_keras's step, which tf2onnx (`gru_tf2_rewriter.py`) makes
+  one ONNX `GRU` op (`linear_before_reset`); TFLite has no fused GRU;
+* any other cell (SimpleRNN, ConvLSTM, a user's cell, a masked LSTM or GRU)
+  runs its own call in `run_cell`, a `tf.while_loop` reading its inputs
+  from and writing its outputs into `tf.TensorArray`s: a builtin `WHILE`
+  loop after TFLite's conversion, a `Loop` after ONNX's.
 
 The engine takes this path when `training` is falsy, no `tf.GradientTape` is
-recording, the call is being traced into a graph (eager calls, which nothing
-converts, keep the op's cached loop) and the batch size is static (TFLite
-lowers a TensorArray only with a static element shape). Both loops compute
+recording, and the call is being traced into a graph (eager calls, which
+nothing converts, keep the op's cached loop). The batch size may be unknown:
+ONNX converters take these loops with a dynamic batch (a SavedModel's or
+`model.export`'s signature), TFLite lowers a TensorArray only with a static
+element shape, so it converts them with a static batch only, as it did the
+training loop (neither converts with an unknown batch). The loops compute
 what the training loop computes (to float rounding); gradients through them
-are plain autodiff, should a caller differentiate an inference graph.
+(`tf.gradients` of an inference graph, a reloaded SavedModel's) are plain
+autodiff, as correct but keeping every step's intermediates.
 
 Example:
 
@@ -123,8 +138,8 @@ def takes_inference_path(training: Any, sequences: Any) -> bool:
 
   Returns:
     True when nothing will differentiate the call (`training` is a falsy
-    Python value and no tape records), it is traced into a graph, and the
-    inputs' batch size is static.
+    Python value and no tape records) and it is traced into a graph, with
+    a known or an unknown batch size (the module docstring says why).
 
   Example:
 
@@ -133,8 +148,8 @@ def takes_inference_path(training: Any, sequences: Any) -> bool:
   """
   if tf.executing_eagerly() or not no_tape_records(training):
     return False
-  return all(t.shape.rank is not None and t.shape.rank >= 2 and
-             t.shape[0] is not None for t in tf.nest.flatten(sequences))
+  return all(t.shape.rank is not None and t.shape.rank >= 2
+             for t in tf.nest.flatten(sequences))
 
 
 def lstm_function(go_backwards: bool, projection: Optional[np.ndarray] = None
@@ -185,23 +200,27 @@ def lstm_function(go_backwards: bool, projection: Optional[np.ndarray] = None
   def standard_lstm(inputs, init_h, init_c, kernel, recurrent_kernel, bias):
     if go_backwards:
       inputs = tf.reverse(inputs, [1])
-    # The input projection for every step at once, then one GEMM a step.
-    projected = tf.einsum("btd,dg->btg", inputs, kernel) + bias
 
-    def step(z, states):
+    def step(x_t, states):
+      # Keras's step, op for op: ONNX converters fuse the loop into one
+      # `LSTM` op by this pattern (module docstring).
       h, c = states
-      z = z + tf.matmul(h, recurrent_kernel)
-      i, f, g, o = tf.split(z, 4, axis=-1)
+      z = tf.nn.bias_add(tf.matmul(x_t, kernel) +
+                         tf.matmul(h, recurrent_kernel), bias)
+      i, f, g, o = tf.split(z, 4, axis=1)
       c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
       h = tf.sigmoid(o) * tf.tanh(c)
       if projection is not None:
         h = tf.matmul(h, tf.constant(projection, h.dtype))
       return h, [h, c]
 
-    outputs, (h, c), last = run_cell(
-        step, tf.transpose(projected, [1, 0, 2]), [init_h, init_c],
+    outputs, (h, c), _ = run_cell(
+        step, tf.transpose(inputs, [1, 0, 2]), [init_h, init_c],
         tf.zeros_like(init_h))
-    return (last, tf.transpose(outputs, [1, 0, 2]), h, c,
+    # Unmasked, the last output is the final h (init_h for no steps, as
+    # the training loop returns it); read there, the loop has no other
+    # result, and an ONNX converter that fuses it leaves no loop behind.
+    return (h, tf.transpose(outputs, [1, 0, 2]), h, c,
             tf.constant(_RUNTIME_CPU))
 
   return tf.function(standard_lstm, autograph=False,
@@ -213,15 +232,17 @@ def run_cell(step: Callable[[Any, Any], Tuple[tf.Tensor, Any]],
              mask: Optional[tf.Tensor] = None,
              zero_output_for_mask: bool = False
              ) -> Tuple[tf.Tensor, Any, tf.Tensor]:
-  """Runs `step` over time in a loop TFLite lowers to builtin ops.
+  """Runs `step` over time in a loop TFLite lowers to builtin ops (with a
+  static batch) and ONNX converters to a `Loop` (or a fused op).
 
   Args:
     step: `(inputs_t, states) -> (output, new_states)`, a Keras cell call;
       new_states may be nested otherwise than states, with the same leaves.
     inputs: Time-major `[T, B, ...]` inputs (a tensor or a structure).
     states: The initial states, a structure of `[B, ...]` tensors.
-    zero_output: Zeros shaped like one step's output; its shape must be
-      static (the TensorArray's element shape).
+    zero_output: Zeros shaped like one step's output; its static shape is
+      the outputs' TensorArray's element shape (TFLite needs it fully
+      known, ONNX converters take an unknown batch).
     mask: Optional time-major `[T, B]` bool mask: a masked step keeps the
       states and emits the previous output (zeros with
       `zero_output_for_mask`), as Keras's loop does.
@@ -239,28 +260,33 @@ def run_cell(step: Callable[[Any, Any], Tuple[tf.Tensor, Any]],
   ([1.0, 2.0, 3.0], 3.0)
   """
   num_steps = tf.shape(tf.nest.flatten(inputs)[0])[0]
+  flat_inputs = tf.nest.flatten(inputs)
   # TFLite slices and gathers tensors of at most 5 dimensions: a ConvLSTM3D's
   # `[T, B, D, H, W, C]` frames are read, and its outputs kept, as rows.
-  deep = [(x.shape.rank or 0) > 5 for x in tf.nest.flatten(inputs)]
-  rows = tf.nest.pack_sequence_as(inputs, [
-      tf.reshape(x, [num_steps, -1]) if d else x
-      for x, d in zip(tf.nest.flatten(inputs), deep)])
+  deep = [(x.shape.rank or 0) > 5 for x in flat_inputs]
+  rows = [tf.reshape(x, [num_steps, -1]) if d else x
+          for x, d in zip(flat_inputs, deep)]
+  # Read as Keras's loop reads them, from TensorArrays: ONNX converters
+  # recognize a fused LSTM or GRU only in such a loop.
+  arrays = [tf.TensorArray(r.dtype, size=num_steps,
+                           element_shape=r.shape[1:]).unstack(r)
+            for r in rows]
   flat_outputs = (zero_output.shape.rank or 0) > 4
   written = tf.TensorArray(
       zero_output.dtype, size=num_steps,
       element_shape=([zero_output.shape.num_elements()] if flat_outputs
                      else zero_output.shape))
 
-  def read(row, x, t):
-    if row is x:
-      return x[t]
-    frame = tf.reshape(row[t], tf.shape(x)[1:])
+  def read(array, x, is_deep, t):
+    if not is_deep:
+      return array.read(t)
+    frame = tf.reshape(array.read(t), tf.shape(x)[1:])
     frame.set_shape(x.shape[1:])
     return frame
 
   def body(t, output, states_t, written):
-    inputs_t = tf.nest.map_structure(lambda row, x: read(row, x, t), rows,
-                                     inputs)
+    inputs_t = tf.nest.pack_sequence_as(inputs, [
+        read(a, x, d, t) for a, x, d in zip(arrays, flat_inputs, deep)])
     new_output, new_states = step(inputs_t, states_t)
     new_states = tf.nest.pack_sequence_as(states_t,
                                           tf.nest.flatten(new_states))
@@ -282,9 +308,58 @@ def run_cell(step: Callable[[Any, Any], Tuple[tf.Tensor, Any]],
   return outputs, final, last
 
 
+def gru_step(cell) -> Callable[[tf.Tensor, List[tf.Tensor]],
+                                Tuple[tf.Tensor, List[tf.Tensor]]]:
+  """A plain `keras.layers.GRUCell`'s step (`reset_after=True`, tanh and
+  sigmoid), at inference, as tf_keras's GRU wrote it.
 
-def run(cell, sequences, time_major, initial_state, mask, fused_lstm: bool,
-        go_backwards: bool, zero_output_for_mask: bool):
+  Keras's math; the ops are those ONNX converters fuse into one `GRU` op
+  (`linear_before_reset`): both matmuls with a `BiasAdd` of their own bias
+  row, read outside the loop. Keras 3's own step adds the biases otherwise,
+  so its GRU exports as a loop.
+
+  Args:
+    cell: The built cell.
+
+  Returns:
+    `(x_t [B, D], [h [B, H]]) -> (h, [h])`.
+
+  Example:
+
+  >>> import keras, numpy as np
+  >>> cell = keras.layers.GRUCell(4)
+  >>> cell.build((None, 3))
+  >>> x, h = tf.ones([2, 3]), tf.ones([2, 4]) * 0.5
+  >>> ours, _ = gru_step(cell)(x, [h])
+  >>> bool(np.allclose(ours, cell(x, [h])[0], atol=1e-6))
+  True
+  """
+  dtype = cell.compute_dtype
+  kernel = tf.cast(cell.kernel, dtype)
+  recurrent_kernel = tf.cast(cell.recurrent_kernel, dtype)
+  bias = (tf.cast(cell.bias, dtype) if cell.use_bias
+          else tf.zeros([2, 3 * cell.units], dtype))
+  input_bias, recurrent_bias = tf.unstack(bias)
+
+  def step(x_t, states):
+    h = states[0]
+    x_z, x_r, x_h = tf.split(
+        tf.nn.bias_add(tf.matmul(x_t, kernel), input_bias), 3, axis=1)
+    h_z, h_r, h_h = tf.split(
+        tf.nn.bias_add(tf.matmul(h, recurrent_kernel), recurrent_bias), 3,
+        axis=1)
+    z = tf.sigmoid(x_z + h_z)
+    r = tf.sigmoid(x_r + h_r)
+    candidate = tf.tanh(x_h + r * h_h)
+    h = z * h + (1 - z) * candidate
+    return h, [h]
+
+  return step
+
+
+def run(cell, sequences, time_major, initial_state, mask,
+        fused: Optional[str], go_backwards: bool,
+        zero_output_for_mask: bool):
   """A cell over a sequence on the convertible loops.
 
   Args:
@@ -294,10 +369,11 @@ def run(cell, sequences, time_major, initial_state, mask, fused_lstm: bool,
       if going backwards.
     initial_state: The list of initial states.
     mask: None or the `[T, B]` bool mask, time-major like `time_major`.
-    fused_lstm: Whether the cell is a plain LSTMCell (tanh/sigmoid; dropout
-      is off at inference), which runs `lstm_function` when unmasked, or
-      such a cell with a `projection` weight, which does so while `convert`
-      runs (float32 only).
+    fused: The fused op a converter may make of the unmasked cell:
+      "lstm", a plain LSTMCell (tanh/sigmoid; dropout is off at inference),
+      which runs `lstm_function`, or such a cell with a `projection`
+      weight, which does so while `convert` runs (float32 only); "gru", a
+      plain GRUCell with `reset_after`, which runs `gru_step`; or None.
     go_backwards: Whether to read the inputs from their end.
     zero_output_for_mask: Whether a masked step emits zeros.
 
@@ -306,11 +382,13 @@ def run(cell, sequences, time_major, initial_state, mask, fused_lstm: bool,
     returns them.
   """
   initial_state = list(initial_state)
+  if mask is not None:
+    fused = None  # Neither fused op takes a mask.
   projection = getattr(cell, "projection", None)
   if projection is not None and not (_projections is not None and
                                      cell.compute_dtype == "float32"):
-    fused_lstm = False  # Outside `convert`: the fused op would not project.
-  if fused_lstm and mask is None:
+    fused = None  # Outside `convert`: the fused op would not project.
+  if fused == "lstm":
     dtype = cell.compute_dtype
     bias = cell.bias if cell.use_bias else tf.zeros([4 * cell.units], dtype)
     projection_value = None
@@ -325,20 +403,30 @@ def run(cell, sequences, time_major, initial_state, mask, fused_lstm: bool,
             sequences, initial_state[0], initial_state[1], cell.kernel,
             cell.recurrent_kernel, bias)])
     return last, outputs, [h, c]
-  kwargs = {"training": False} if getattr(cell, "_call_has_training_arg",
-                                          False) else {}
+  if fused == "gru":
+    step = gru_step(cell)
+  else:
+    kwargs = {"training": False} if getattr(
+        cell, "_call_has_training_arg", False) else {}
 
-  def step(inputs_t, states):
-    return cell(inputs_t, states, **kwargs)
+    def step(inputs_t, states):
+      return cell(inputs_t, states, **kwargs)
 
-  batch = tf.nest.flatten(sequences)[0].shape[0]
+  first = tf.nest.flatten(sequences)[0]
+  batch = first.shape[0]
   output_size = getattr(cell, "output_size", None)
   if isinstance(output_size, int) and output_size > 0:
-    zero_output = tf.zeros([batch, output_size], cell.compute_dtype)
+    zero_output = tf.zeros(
+        [batch if batch is not None else tf.shape(first)[0], output_size],
+        cell.compute_dtype)
   else:
     zero_output = tf.zeros_like(tf.nest.flatten(initial_state)[0])
   outputs, states, last = run_cell(step, time_major, initial_state,
                                    zero_output, mask,
                                    zero_output_for_mask)
+  if fused == "gru":
+    # The last output is the final h, read there for the reason
+    # `lstm_function` reads it so.
+    last = states[0]
   perm = [1, 0] + list(range(2, outputs.shape.rank))
   return last, tf.transpose(outputs, perm), list(states)
