@@ -189,33 +189,39 @@ def gather_tree(step_ids, parent_ids, max_sequence_lengths, end_token):
 # Loss.
 
 
-def sequence_loss(logits, targets, weights, average_across_timesteps=True,
+def cross_entropy(logits, targets):
+  """-sum_c q_c log softmax(logits)_c per entry: q the one-hot of `targets`
+  (ids, `[batch, time]`) or `targets` themselves (distributions,
+  `[batch, time, classes]`)."""
+  if targets.ndim == logits.ndim - 1:
+    targets = np.eye(logits.shape[-1])[targets]
+  return -(targets * log_softmax(logits)).sum(-1)
+
+
+def sequence_loss(losses, weights, average_across_timesteps=True,
                   average_across_batch=True, sum_over_timesteps=False,
                   sum_over_batch=False):
-  """The weighted cross-entropy w_bt * -log softmax(logits_bt)[target_bt],
-  reduced as Addons defines: an average divides the weighted sum by the sum
-  of the weights, a "sum over" divides it by the count of non-zero
-  weights; 0/0 is 0. `targets` are ids, or `[batch, time, classes]`
-  distributions (the cross-entropy against them)."""
-  if targets.ndim == 2:
-    targets = np.eye(logits.shape[-1])[targets]
-  crossent = -(targets * log_softmax(logits)).sum(-1) * weights
+  """The weighted per-entry `[batch, time]` losses w_bt * l_bt, reduced as
+  Addons defines: an average divides the weighted sum by the sum of the
+  weights, a "sum over" divides it by the count of non-zero weights; 0/0
+  is 0."""
+  weighted = losses * weights
   nonzero = (weights != 0).astype(np.float64)
 
   def divide(total, count):
     return np.where(count == 0, 0.0, total / np.where(count == 0, 1, count))
 
   if average_across_timesteps and average_across_batch:
-    return divide(crossent.sum(), weights.sum())
+    return divide(weighted.sum(), weights.sum())
   if sum_over_timesteps and sum_over_batch:
-    return divide(crossent.sum(), nonzero.sum())
+    return divide(weighted.sum(), nonzero.sum())
   if average_across_timesteps or average_across_batch:
     axis = 0 if average_across_batch else 1
-    return divide(crossent.sum(axis), weights.sum(axis))
+    return divide(weighted.sum(axis), weights.sum(axis))
   if sum_over_timesteps or sum_over_batch:
     axis = 0 if sum_over_batch else 1
-    return divide(crossent.sum(axis), nonzero.sum(axis))
-  return crossent
+    return divide(weighted.sum(axis), nonzero.sum(axis))
+  return weighted
 
 
 # The decoders' cell.
