@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import MODES, in_mode, pairwise
+from conftest import MODES, once_per_mode, pairwise
 import references as ref
 from tf_recurrent import seq2seq
 
@@ -156,7 +156,9 @@ def query_all(mechanisms):
   one function of the mode."""
   data, built = mechanisms
 
-  def run(memory, luong_query, bahdanau_query, soft_previous, hard_previous):
+  def run(mode, memory, luong_query, bahdanau_query, soft_previous,
+          hard_previous):
+    del mode
     queries = {"luong": luong_query, "bahdanau": bahdanau_query}
     results = {}
     for name, ((kind, _, fn, masking), mechanism) in built.items():
@@ -167,17 +169,10 @@ def query_all(mechanisms):
       results[name] = (alignments, next_state, mechanism.values)
     return results
 
-  cache = {}
-
-  def results(mode):
-    if mode not in cache:
-      cache[mode] = in_mode(mode, run)(
-          tf.constant(data.memory), tf.constant(data.queries["luong"]),
-          tf.constant(data.queries["bahdanau"]),
-          tf.constant(data.soft_previous), tf.constant(data.hard_previous))
-    return cache[mode]
-
-  return results
+  return once_per_mode(
+      run, tf.constant(data.memory), tf.constant(data.queries["luong"]),
+      tf.constant(data.queries["bahdanau"]), tf.constant(data.soft_previous),
+      tf.constant(data.hard_previous))
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -189,12 +184,10 @@ def test_alignments_match_the_definition(case, mode, mechanisms, query_all):
   alignments, next_state, values = query_all(mode)[case_id(case)]
   expected = reference_alignments(case, mechanism, data.memory,
                                   data.query(kind), data.previous(fn))
-  np.testing.assert_allclose(alignments.numpy(), expected, rtol=1e-9,
-                             atol=1e-12)
+  np.testing.assert_allclose(alignments, expected, rtol=1e-9, atol=1e-12)
   # A mechanism's state is its alignments.
-  np.testing.assert_array_equal(next_state.numpy(), alignments.numpy())
-  np.testing.assert_array_equal(values.numpy(),
-                                values_of(data.memory, masking))
+  np.testing.assert_array_equal(next_state, alignments)
+  np.testing.assert_array_equal(values, values_of(data.memory, masking))
 
 
 def test_cases_exercise_the_formulas(mechanisms):
@@ -229,100 +222,110 @@ def test_cases_exercise_the_formulas(mechanisms):
 # [cell output, context]; several mechanisms' attentions are concatenated).
 
 WRAPPERS = {
-    # name: ([(kind, option, fn, masking, units)], attention_layer_size,
+    # name: ([(kind, option, fn, masking, units)], attention layers' sizes,
+    #        given as layers (attention_layer) or by attention_layer_size,
     #        output_attention)
-    "luong_layer": ([("luong", True, "softmax", "lengths", UNITS)], 3, True),
-    "two_mechanisms": ([("bahdanau", True, "softmax", "mask", 5),
-                        ("luong_monotonic", False, "recursive", "lengths",
-                         UNITS)], [3, 2], False),
+    "luong_layer_size": ([("luong", True, "softmax", "lengths", UNITS)], [3],
+                         False, True),
+    "two_mechanisms_layers": ([("bahdanau", True, "softmax", "mask", 5),
+                               ("luong_monotonic", False, "recursive",
+                                "lengths", UNITS)], [3, 2], True, False),
     "context_only": ([("bahdanau_monotonic", True, "parallel", "none", 5)],
-                     None, True),
+                     None, False, True),
 }
 INPUT_DEPTH = 2
 
 
-def attention_depth(specs, layer_size):
-  if layer_size is None:
-    return MEMORY_DEPTH * len(specs)
-  return sum(layer_size) if isinstance(layer_size, list) else layer_size
+class Wrapper:
+  """A wrapper of a random case, its parts, random input and state."""
+
+  def __init__(self, name, memory, rng):
+    specs, sizes, as_layers, self.output_attention = WRAPPERS[name]
+    self.cases = [spec[:4] for spec in specs]
+    self.mechanisms = []
+    for kind, option, fn, masking, units in specs:
+      mechanism = make_mechanism(kind, option, fn, units)
+      set_up(mechanism, masking, memory)
+      self.mechanisms.append(mechanism)
+    self.cell = keras.layers.SimpleRNNCell(UNITS, dtype="float64")
+    layers = None
+    if as_layers:
+      layers = [keras.layers.Dense(size, use_bias=False, dtype="float64")
+                for size in sizes]
+    multi = len(specs) > 1
+    self.wrapper = seq2seq.AttentionWrapper(
+        self.cell, self.mechanisms if multi else self.mechanisms[0],
+        attention_layer_size=(None if as_layers or sizes is None else
+                              sizes if multi else sizes[0]),
+        attention_layer=layers, output_attention=self.output_attention,
+        dtype="float64")
+    previous = tuple(ref.softmax(rng.normal(size=[BATCH, MEMORY_STEPS]))
+                     for _ in specs)
+    depth = MEMORY_DEPTH * len(specs) if sizes is None else sum(sizes)
+    self.state = seq2seq.AttentionWrapperState(
+        cell_state=[rng.normal(size=[BATCH, UNITS])],
+        attention=rng.normal(size=[BATCH, depth]),
+        alignments=previous if multi else previous[0],
+        attention_state=previous if multi else previous[0],
+        alignment_history=((),) * len(specs) if multi else ())
+    self.x = rng.normal(size=[BATCH, INPUT_DEPTH])
+    self.step(memory)  # Builds the weights.
+    ref.randomize(self.wrapper, rng)
+    # The attention layers' kernels, in the mechanisms' order.
+    self.attention_kernels = None
+    if as_layers:
+      self.attention_kernels = [layer.kernel.numpy() for layer in layers]
+    elif sizes is not None:
+      self.attention_kernels = [
+          v.numpy() for v in self.wrapper.weights
+          if v.path.endswith("attention_layer/kernel")]
+      assert len(self.attention_kernels) == len(specs)
+
+  def step(self, memory):
+    for mechanism, case in zip(self.mechanisms, self.cases):
+      set_up(mechanism, case[3], memory)
+    return self.wrapper(tf.constant(self.x),
+                        tf.nest.map_structure(tf.constant, self.state))
+
+  def reference(self, memory):
+    """One step from the definition: `(output, h, attention, alignments)`."""
+    cell, state = self.cell, self.state
+    h = ref.elman_step(np.concatenate([self.x, state.attention], 1),
+                       state.cell_state[0], cell.kernel.numpy(),
+                       cell.recurrent_kernel.numpy(), cell.bias.numpy())
+    previous = (state.attention_state if len(self.cases) > 1
+                else (state.attention_state,))
+    attentions, alignments = [], []
+    for i, (mechanism, case) in enumerate(zip(self.mechanisms, self.cases)):
+      a = reference_alignments(case, mechanism, memory, h, previous[i])
+      context = np.einsum("bt,btd->bd", a, values_of(memory, case[3]))
+      if self.attention_kernels is not None:
+        context = np.concatenate([h, context], 1) @ self.attention_kernels[i]
+      attentions.append(context)
+      alignments.append(a)
+    attention = np.concatenate(attentions, 1)
+    return (attention if self.output_attention else h, h, attention,
+            alignments)
 
 
 @pytest.fixture(scope="module")
 def wrappers():
-  """name -> (wrapper, its mechanisms' cases, the random state and input)."""
+  """The memory, and name -> Wrapper."""
   rng = np.random.default_rng(59)
   memory = rng.normal(size=[BATCH, MEMORY_STEPS, MEMORY_DEPTH])
-  built = {}
-  for name, (specs, layer_size, output_attention) in WRAPPERS.items():
-    mechanisms = []
-    for kind, option, fn, masking, units in specs:
-      mechanism = make_mechanism(kind, option, fn, units)
-      set_up(mechanism, masking, memory)
-      mechanisms.append(mechanism)
-    wrapper = seq2seq.AttentionWrapper(
-        keras.layers.SimpleRNNCell(UNITS, dtype="float64"),
-        mechanisms if len(mechanisms) > 1 else mechanisms[0],
-        attention_layer_size=layer_size, output_attention=output_attention,
-        dtype="float64")
-    previous = tuple(ref.softmax(rng.normal(size=[BATCH, MEMORY_STEPS]))
-                     for _ in specs)
-    state = seq2seq.AttentionWrapperState(
-        cell_state=[rng.normal(size=[BATCH, UNITS])],
-        attention=rng.normal(size=[BATCH, attention_depth(specs, layer_size)]),
-        alignments=previous if len(specs) > 1 else previous[0],
-        attention_state=previous if len(specs) > 1 else previous[0],
-        alignment_history=() if len(specs) == 1 else ((),) * len(specs))
-    x = rng.normal(size=[BATCH, INPUT_DEPTH])
-    wrapper(tf.constant(x), tf.nest.map_structure(tf.constant, state))
-    ref.randomize(wrapper, rng)
-    cases = [(kind, option, fn, masking)
-             for kind, option, fn, masking, _ in specs]
-    built[name] = (wrapper, mechanisms, cases, x, state)
-  return memory, built
+  return memory, {name: Wrapper(name, memory, rng) for name in WRAPPERS}
 
 
 @pytest.fixture(scope="module")
 def step_all(wrappers):
   memory, built = wrappers
 
-  def run(memory_tensor):
-    results = {}
-    for name, (wrapper, mechanisms, cases, x, state) in built.items():
-      for mechanism, case in zip(mechanisms, cases):
-        set_up(mechanism, case[3], memory_tensor)
-      results[name] = wrapper(tf.constant(x),
-                              tf.nest.map_structure(tf.constant, state))
-    return results
+  def run(mode, memory_tensor):
+    del mode
+    return {name: wrapper.step(memory_tensor)
+            for name, wrapper in built.items()}
 
-  cache = {}
-
-  def results(mode):
-    if mode not in cache:
-      cache[mode] = in_mode(mode, run)(tf.constant(memory))
-    return cache[mode]
-
-  return results
-
-
-def reference_step(wrapper, mechanisms, cases, memory, x, state):
-  cell = wrapper._cell  # pylint: disable=protected-access
-  layers = wrapper._attention_layers  # pylint: disable=protected-access
-  h = ref.elman_step(np.concatenate([x, state.attention], 1),
-                     state.cell_state[0], cell.kernel.numpy(),
-                     cell.recurrent_kernel.numpy(), cell.bias.numpy())
-  previous = (state.attention_state if len(cases) > 1
-              else (state.attention_state,))
-  attentions, alignments = [], []
-  for i, (mechanism, case) in enumerate(zip(mechanisms, cases)):
-    a = reference_alignments(case, mechanism, memory, h, previous[i])
-    context = np.einsum("bt,btd->bd", a, values_of(memory, case[3]))
-    if layers is not None:
-      context = np.concatenate([h, context], 1) @ layers[i].kernel.numpy()
-    attentions.append(context)
-    alignments.append(a)
-  attention = np.concatenate(attentions, 1)
-  output = attention if wrapper._output_attention else h  # pylint: disable=protected-access
-  return output, h, attention, alignments
+  return once_per_mode(run, tf.constant(memory))
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -330,10 +333,8 @@ def reference_step(wrapper, mechanisms, cases, memory, x, state):
 def test_attention_wrapper_step_matches_the_definition(name, mode, wrappers,
                                                         step_all):
   memory, built = wrappers
-  wrapper, mechanisms, cases, x, state = built[name]
   output, next_state = step_all(mode)[name]
-  expected_output, h, attention, alignments = reference_step(
-      wrapper, mechanisms, cases, memory, x, state)
+  expected_output, h, attention, alignments = built[name].reference(memory)
 
   def close(actual, expected):
     np.testing.assert_allclose(np.asarray(actual), expected, rtol=1e-9,
@@ -342,7 +343,7 @@ def test_attention_wrapper_step_matches_the_definition(name, mode, wrappers,
   close(output, expected_output)
   close(next_state.cell_state[0], h)
   close(next_state.attention, attention)
-  got = (next_state.alignments if len(cases) > 1
+  got = (next_state.alignments if len(alignments) > 1
          else (next_state.alignments,))
   for actual, expected in zip(got, alignments):
     close(actual, expected)

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import MODES, in_mode
+from conftest import MODES, in_mode, once_per_mode
 import references as ref
 from tf_recurrent import seq2seq
 from tf_recurrent.seq2seq import beam_search_decoder
@@ -67,8 +67,9 @@ def stepped(step_data):
   """mode -> every step case's (output, next state), from one function."""
   data = step_data
 
-  def run(logits, log_probs, finished, lengths, accumulated, attention,
+  def run(mode, logits, log_probs, finished, lengths, accumulated, attention,
           hidden):
+    del mode
     results = {}
     for case in STEP_CASES:
       lp, cp, all_scores = case
@@ -85,18 +86,11 @@ def stepped(step_data):
           coverage_penalty_weight=cp, output_all_scores=all_scores)
     return results
 
-  cache = {}
-
-  def results(mode):
-    if mode not in cache:
-      cache[mode] = tf.nest.map_structure(np.asarray, in_mode(mode, run)(
-          tf.constant(data.logits), tf.constant(data.log_probs),
-          tf.constant(data.finished), tf.constant(data.lengths, tf.int64),
-          tf.constant(data.accumulated), tf.constant(data.attention),
-          tf.constant(data.hidden)))
-    return cache[mode]
-
-  return results
+  return once_per_mode(
+      run, tf.constant(data.logits), tf.constant(data.log_probs),
+      tf.constant(data.finished), tf.constant(data.lengths, tf.int64),
+      tf.constant(data.accumulated), tf.constant(data.attention),
+      tf.constant(data.hidden))
 
 
 def assert_scores_close(actual, expected, length_penalty_weight):
@@ -187,8 +181,9 @@ class Search:
     self.start_tokens = np.array([1, 4])
     self.mechanism = seq2seq.LuongAttention(UNITS, dtype=f64)
     self.set_up()
+    self.rnn_cell = keras.layers.SimpleRNNCell(UNITS, dtype=f64)
     self.cell = seq2seq.AttentionWrapper(
-        keras.layers.SimpleRNNCell(UNITS, dtype=f64), self.mechanism,
+        self.rnn_cell, self.mechanism,
         attention_layer_size=ATTENTION_DEPTH, dtype=f64)
     self.output_layer = keras.layers.Dense(DECODE_VOCAB, dtype=f64)
     self.decoder = seq2seq.BeamSearchDecoder(
@@ -221,10 +216,11 @@ class Search:
   def reference(self):
     """The search in NumPy: the wrapper's step from its definition, the
     scores from GNMT's, back-tracked at the end."""
-    wrapper_cell = self.cell._cell  # pylint: disable=protected-access
     kernel, recurrent, bias = (w.numpy() for w in (
-        wrapper_cell.kernel, wrapper_cell.recurrent_kernel, wrapper_cell.bias))
-    attention_kernel = self.cell._attention_layers[0].kernel.numpy()  # pylint: disable=protected-access
+        self.rnn_cell.kernel, self.rnn_cell.recurrent_kernel,
+        self.rnn_cell.bias))
+    attention_kernel, = [v.numpy() for v in self.cell.weights
+                         if v.path.endswith("attention_layer/kernel")]
     output_kernel = self.output_layer.kernel.numpy()
     output_bias = self.output_layer.bias.numpy()
     n = DECODE_BATCH * DECODE_BEAM

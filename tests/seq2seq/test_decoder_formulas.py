@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import MODES, in_mode, pairwise
+from conftest import MODES, once_per_mode, pairwise
 import references as ref
 from tf_recurrent import seq2seq
 
@@ -160,20 +160,13 @@ def decoded(model):
           output_layer=model.output_layer, impute_finished=impute,
           maximum_iterations=maximum)
       results[greedy_id(case)] = decoder(
-          tf.constant(model.embedding), initial_state=[tf.constant(model.state)],
+          tf.constant(model.embedding),
+          initial_state=[tf.constant(model.state)],
           start_tokens=tf.constant(model.start_tokens, tf.int32),
           end_token=END_TOKEN)
     return results
 
-  cache = {}
-
-  def results(mode):
-    if mode not in cache:
-      cache[mode] = tf.nest.map_structure(
-          np.asarray, in_mode(mode, lambda: run(mode))())
-    return cache[mode]
-
-  return results
+  return once_per_mode(run)
 
 
 def check(result, expected, mode, maximum, time_major=False):

@@ -1,5 +1,5 @@
 """The samplers against their definitions, eagerly, in a tf.function and
-compiled by XLA (every case in one function per mode):
+compiled by XLA (each mode's cases in one function of it):
 
 - scheduled sampling (Bengio et al. 2015): each example samples with
   probability p (a scalar, or one per example). The rate is measured over
@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import MODES, in_mode, pairwise
+from conftest import MODES, once_per_mode, pairwise
 import references as ref
 from tf_recurrent import seq2seq
 
@@ -32,8 +32,9 @@ SIGMAS = 5  # A measured rate's tolerance, in standard deviations.
 # A probability per example: three groups, never, always, sometimes.
 GROUP_PROBABILITIES = np.array([0.0, 1.0, 0.3])
 # A scalar probability's case runs at each of these, in one traced (and
-# compiled) function; a vector's gives each example one of GROUPS'.
-SCALARS = [0.0, 0.3, 1.0]
+# compiled) function; a vector gives each example one of
+# GROUP_PROBABILITIES.
+SCALARS = [np.float64(0.0), np.float64(0.3), np.float64(1.0)]
 VECTOR = "vector"
 PROBABILITIES = ["scalar", VECTOR]
 LAYOUTS = [False, True]  # time_major
@@ -76,7 +77,6 @@ class Data:
   def layout(self, x, time_major):
     return np.swapaxes(x, 0, 1) if time_major else x
 
-
   def lengths_of(self, kind):
     return np.full([DRAWS], TIME) if kind == "none" else self.lengths
 
@@ -106,7 +106,6 @@ def sampled(data):
   `initialize` keeps tensors)."""
 
   def run(mode, scalar):
-    f64 = tf.float64
     vector = tf.constant(data.probabilities)
     logits = tf.constant(data.logits)
     results = {}
@@ -168,26 +167,14 @@ def sampled(data):
                                  tf.constant(data.start_tokens, tf.int32),
                                  2 if end_token == 2 else 4)
       greedy_logits = logits if end_token == 2 else tf.one_hot(
-          tf.fill([DRAWS], 4), VOCAB, dtype=f64)
+          tf.fill([DRAWS], 4), VOCAB, dtype=tf.float64)
       ids = sampler.sample(STEP, greedy_logits, None)
       results[f"greedy-{end_token}"] = (
           start, ids, sampler.next_inputs(STEP, greedy_logits, None, ids)[:2])
     return results
 
-  cache = {}
-
-  functions = {}
-
-  def results(mode, scalar=SCALARS[1]):
-    if (mode, scalar) not in cache:
-      if mode not in functions:
-        tf.random.set_seed(58)
-        functions[mode] = in_mode(mode, lambda p: run(mode, p))
-      cache[mode, scalar] = tf.nest.map_structure(
-          np.asarray, functions[mode](tf.constant(scalar, tf.float64)))
-    return cache[mode, scalar]
-
-  return results
+  tf.random.set_seed(58)
+  return once_per_mode(run)
 
 
 def assert_rate(selected, p, what):
@@ -238,7 +225,7 @@ def test_scheduled_embedding_sampling(case, data, sampled):
   mode = case[-1]
   for p in probabilities_of(case):
     ids, finished, next_inputs = sampled(
-        mode, *([] if p == VECTOR else [p]))["embedding-" + case_id(case)]
+        mode, SCALARS[1] if p == VECTOR else p)["embedding-" + case_id(case)]
     selected = ids > -1
     assert np.all((ids == -1) | ((ids >= 0) & (ids < VOCAB)))
     assert_rates(selected, p)
@@ -264,7 +251,7 @@ def test_scheduled_output_sampling(case, data, sampled):
     given = np.concatenate([given, auxiliary], 1)
   for p in probabilities_of(case):
     ids, finished, next_inputs = sampled(
-        mode, *([] if p == VECTOR else [p]))["output-" + case_id(case)]
+        mode, SCALARS[1] if p == VECTOR else p)["output-" + case_id(case)]
     assert set(np.unique(ids)) <= {0, 1}
     selected = ids == 1
     assert_rates(selected, p)
@@ -278,7 +265,8 @@ def test_scheduled_output_sampling(case, data, sampled):
 @pytest.mark.parametrize("case", TRAINING_CASES, ids=case_id)
 def test_teacher_forcing(case, mode, data, sampled):
   _, kind = case
-  (finished, first), steps = sampled(mode)["training-" + case_id(case)]
+  results = sampled(mode, SCALARS[1])
+  (finished, first), steps = results["training-" + case_id(case)]
   lengths = data.lengths_of(kind)
   np.testing.assert_array_equal(finished, lengths == 0)
   np.testing.assert_array_equal(first, data.inputs[:, 0])
@@ -294,7 +282,8 @@ def test_teacher_forcing(case, mode, data, sampled):
 @pytest.mark.parametrize("temperature", TEMPERATURES)
 def test_sample_embedding_draws_from_the_tempered_softmax(temperature, mode,
                                                           data, sampled):
-  (finished, start), ids, (next_finished, next_inputs) = sampled(mode)[
+  results = sampled(mode, SCALARS[1])
+  (finished, start), ids, (next_finished, next_inputs) = results[
       f"sample-{temperature}"]
   assert not finished.any()
   np.testing.assert_array_equal(start, data.embedding[data.start_tokens])
@@ -308,7 +297,8 @@ def test_sample_embedding_draws_from_the_tempered_softmax(temperature, mode,
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("end_token", [2, "every"])
 def test_greedy_embedding(end_token, mode, data, sampled):
-  (finished, start), ids, (next_finished, next_inputs) = sampled(mode)[
+  results = sampled(mode, SCALARS[1])
+  (finished, start), ids, (next_finished, next_inputs) = results[
       f"greedy-{end_token}"]
   assert not finished.any()
   np.testing.assert_array_equal(start, data.embedding[data.start_tokens])
