@@ -129,6 +129,27 @@ def in_mode(mode, fn):
   return tf.function(fn, autograph=False, jit_compile=(mode == "xla"))
 
 
+def once_per_mode(fn, *args):
+  """`results(mode, *extra)`: `fn(mode, *args, *extra)` run in `mode`
+  (`in_mode`; `mode` is a Python value, e.g. to pick the mode's cases), as
+  NumPy, computed at the first ask and kept. Each mode traces (and
+  compiles) `fn` once: `extra` values of the same dtype and shape (NumPy
+  scalars, say) reuse it.
+  """
+  functions, results_of = {}, {}
+
+  def results(mode, *extra):
+    key = (mode,) + extra
+    if key not in results_of:
+      if mode not in functions:
+        functions[mode] = in_mode(mode, functools.partial(fn, mode))
+      results_of[key] = tf.nest.map_structure(
+          np.asarray, functions[mode](*args, *map(tf.constant, extra)))
+    return results_of[key]
+
+  return results
+
+
 @pytest.fixture(params=MODES)
 def mode(request):
   return request.param

@@ -880,7 +880,9 @@ def _beam_search_step(time, logits, next_cell_state, beam_state, batch_size,
   attention_probs = get_attention_probs(next_cell_state,
                                         coverage_penalty_weight)
   if attention_probs is not None:
-    attention_probs *= tf.expand_dims(tf.cast(not_finished, tf.float32), 2)
+    # In the attention's dtype (Addons' float32 failed on float64 states).
+    attention_probs *= tf.expand_dims(
+        tf.cast(not_finished, attention_probs.dtype), 2)
     accumulated_attention_probs = (
         beam_state.accumulated_attention_probs + attention_probs)
 
@@ -1053,8 +1055,11 @@ def _get_scores(log_probs, sequence_lengths, length_penalty_weight,
   length_penalty_ = tf.cast(length_penalty_, dtype=log_probs.dtype)
   scores = log_probs / length_penalty_
 
+  # A Python number in the scores' dtype (a float64 search's weight at
+  # float64 precision); a tensor keeps its own.
   coverage_penalty_weight = tf.convert_to_tensor(
-      coverage_penalty_weight, name="coverage_penalty_weight")
+      coverage_penalty_weight, dtype_hint=log_probs.dtype,
+      name="coverage_penalty_weight")
   if coverage_penalty_weight.shape.ndims != 0:
     raise ValueError("coverage_penalty_weight should be a scalar, but saw "
                      f"shape: {coverage_penalty_weight.shape}")
@@ -1077,8 +1082,9 @@ def _get_scores(log_probs, sequence_lengths, length_penalty_weight,
   coverage_penalty = tf.reduce_sum(
       tf.math.log(tf.minimum(accumulated_attention_probs, 1.0)), 2)
   # Apply coverage penalty to finished predictions.
-  coverage_penalty *= tf.cast(finished, tf.float32)
-  weighted_coverage_penalty = coverage_penalty * coverage_penalty_weight
+  coverage_penalty *= tf.cast(finished, coverage_penalty.dtype)
+  weighted_coverage_penalty = coverage_penalty * tf.cast(
+      coverage_penalty_weight, coverage_penalty.dtype)
   # Reshape from [batch_size, beam_width] to [batch_size, beam_width, 1]
   weighted_coverage_penalty = tf.expand_dims(weighted_coverage_penalty, 2)
   return scores + weighted_coverage_penalty

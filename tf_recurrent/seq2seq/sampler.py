@@ -228,6 +228,23 @@ def _sampling_probability(sampling_probability):
   return sampling_probability
 
 
+def _draw_per_example(probability, batch_size, seed, dtype):
+  """One Bernoulli draw per example, `[batch_size]`: each with the scalar
+  `probability`, or with its own entry of a `[batch_size]` vector (where
+  Addons drew `batch_size` draws of the whole vector, a `[batch, batch]`
+  draw its `next_inputs` then failed on)."""
+  if probability.shape.ndims == 0:
+    return bernoulli_sample(probs=probability, dtype=dtype,
+                            sample_shape=batch_size, seed=seed)
+  check = tf.debugging.assert_equal(
+      tf.size(probability), tf.cast(batch_size, tf.int32),
+      message="sampling_probability, a vector, must have one probability "
+      "per example (its size the batch size)")
+  with tf.control_dependencies([check]):
+    return bernoulli_sample(probs=tf.identity(probability), dtype=dtype,
+                            seed=seed)
+
+
 def _merge_by_index(where_a, updates_a, where_b, updates_b, shape):
   """Scatters two disjoint row sets back into one `shape` tensor."""
   return (tf.scatter_nd(where_a, updates_a, shape) +
@@ -277,9 +294,8 @@ class ScheduledEmbeddingTrainingSampler(TrainingSampler):
 
   def sample(self, time, outputs, state):
     del state
-    select = bernoulli_sample(probs=self.sampling_probability, dtype=tf.bool,
-                              sample_shape=self.batch_size,
-                              seed=self.scheduling_seed)
+    select = _draw_per_example(self.sampling_probability, self.batch_size,
+                               self.scheduling_seed, tf.bool)
     return tf.where(select, categorical_sample(logits=outputs, seed=self.seed),
                     tf.fill([self.batch_size], -1))
 
@@ -352,8 +368,8 @@ class ScheduledOutputTrainingSampler(TrainingSampler):
 
   def sample(self, time, outputs, state):
     del state
-    return bernoulli_sample(probs=self.sampling_probability,
-                            sample_shape=self.batch_size, seed=self.seed)
+    return _draw_per_example(self.sampling_probability, self.batch_size,
+                             self.seed, tf.int32)
 
   def next_inputs(self, time, outputs, state, sample_ids):
     finished, base_next_inputs, state = super().next_inputs(
