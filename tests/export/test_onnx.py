@@ -126,7 +126,9 @@ def through_from_keras(model, directory):
   model over the same layers has them (so would `model.output_names = [...]`
   on the Sequential, `test_from_keras_with_named_outputs`)."""
   del directory
-  return tf2onnx.convert.from_keras(keras.Model(model.inputs, model.outputs))[0]
+  return from_keras(
+      lambda m: tf2onnx.convert.from_keras(
+          keras.Model(m.inputs, m.outputs))[0], model, functional=True)
 
 
 def through_saved_model(model, directory):
@@ -151,6 +153,37 @@ def through_saved_model(model, directory):
       root.setLevel(level)
       tf.get_logger().setLevel(tf_level)
   return onnx.load(onnx_path)
+
+
+def keras_own_lstm_from_keras_error(functional):
+  """None where `tf2onnx.convert.from_keras` converts Keras's own LSTM (a
+  functional model, or a Sequential with named outputs), else its error.
+  With Keras 3.8 (the floor) tf2onnx 1.17 looks the outputs up by layer
+  names the traced function does not use (KeyError: 'lstm')."""
+  model = keras.Sequential([keras.Input((None, D)), keras.layers.LSTM(H)])
+  if functional:
+    model = keras.Model(model.inputs, model.outputs)
+  else:
+    model.output_names = ["output_0"]
+  try:
+    tf2onnx.convert.from_keras(model)
+  except KeyError as error:
+    return f"{type(error).__name__}: {error}"
+  return None
+
+
+def from_keras(convert, model, functional):
+  """`convert(model)`, or an xfail where tf2onnx's from_keras fails on
+  Keras's own LSTM too: a route that does not work for Keras's layers in
+  this Keras is not one ours can be held to."""
+  try:
+    return convert(model)
+  except KeyError:
+    error = keras_own_lstm_from_keras_error(functional)
+    if error is None:
+      raise
+    pytest.xfail(f"tf2onnx {tf2onnx.__version__}'s from_keras fails on Keras "
+                 f"{keras.__version__}'s own LSTM too ({error})")
 
 
 PATHS = {"model_export": through_model_export,
@@ -237,7 +270,8 @@ def test_from_keras_with_named_outputs(layer):
   x = inputs_for("lstm", 3, T)
   expected_outputs = model(x)
   model.output_names = ["output_0"]
-  proto = tf2onnx.convert.from_keras(model)[0]
+  proto = from_keras(lambda m: tf2onnx.convert.from_keras(m)[0], model,
+                     functional=False)
   assert op_counts(proto).get("LSTM") == 1, op_counts(proto)
   session = ort.InferenceSession(proto.SerializeToString(),
                                  providers=["CPUExecutionProvider"])
