@@ -566,15 +566,27 @@ def test_large_beam_step():
     )
 
 
-@pytest.mark.parametrize("output_all_scores", [True, False])
-@pytest.mark.parametrize("with_alignment_history", [True, False])
-@pytest.mark.parametrize("has_attention", [True, False])
-@pytest.mark.parametrize("time_major", [True, False])
-@pytest.mark.parametrize(
-    "cell_class", [keras.layers.LSTMCell, keras.layers.GRUCell]
-)
-@pytest.mark.usefixtures("maybe_run_functions_eagerly")
-def test_beam_search_decoder(
+# The decodes of test_beam_search_decoder, by the options that make them: a
+# case without attention decodes as its twin with the other
+# with_alignment_history (the option is the AttentionWrapper's), so the
+# twins share one decoder and its run (each assertion still runs per case).
+_BEAM_SEARCH_DECODES = {}
+
+
+def _beam_search_decode(
+    cell_class, time_major, has_attention, with_alignment_history, output_all_scores
+):
+    key = (cell_class, time_major, has_attention,
+           has_attention and with_alignment_history, output_all_scores,
+           tf.config.functions_run_eagerly())
+    if key not in _BEAM_SEARCH_DECODES:
+        _BEAM_SEARCH_DECODES[key] = _make_beam_search_decode(
+            cell_class, time_major, has_attention, with_alignment_history,
+            output_all_scores)
+    return _BEAM_SEARCH_DECODES[key]
+
+
+def _make_beam_search_decode(
     cell_class, time_major, has_attention, with_alignment_history, output_all_scores
 ):
     encoder_sequence_length = np.array([3, 2, 3, 1, 1])
@@ -657,6 +669,25 @@ def test_beam_search_decoder(
     final_outputs, final_state, final_sequence_lengths = _beam_decode_from(
         memory, memory_sequence_length
     )
+    return (bsd, final_outputs, final_state, final_sequence_lengths, batch_size,
+            beam_width, vocab_size)
+
+
+@pytest.mark.parametrize("output_all_scores", [True, False])
+@pytest.mark.parametrize("with_alignment_history", [True, False])
+@pytest.mark.parametrize("has_attention", [True, False])
+@pytest.mark.parametrize("time_major", [True, False])
+@pytest.mark.parametrize(
+    "cell_class", [keras.layers.LSTMCell, keras.layers.GRUCell]
+)
+@pytest.mark.usefixtures("maybe_run_functions_eagerly")
+def test_beam_search_decoder(
+    cell_class, time_major, has_attention, with_alignment_history, output_all_scores
+):
+    (bsd, final_outputs, final_state, final_sequence_lengths, batch_size,
+     beam_width, vocab_size) = _beam_search_decode(
+        cell_class, time_major, has_attention, with_alignment_history,
+        output_all_scores)
 
     def _t(shape):
         if time_major:
