@@ -241,6 +241,13 @@ class AttentionWrapper(keras.layers.Layer):
 
   def _attention_mechanisms_checks(self):
     for mechanism in self._attention_mechanisms:
+      if mechanism._symbolic_memory is not None and not mechanism.memory_initialized:  # pylint: disable=protected-access
+        raise ValueError(
+            f"The memory of {mechanism.name} is a functional model's symbolic "
+            "tensor, which a mechanism queried in that model takes; an "
+            "AttentionWrapper's mechanisms need their memory set up before "
+            "the wrapper runs: call mechanism.setup_memory(memory) in a "
+            "layer's or subclassed model's call (docs/seq2seq.md).")
       if not mechanism.memory_initialized:
         raise ValueError(
             "The AttentionMechanism instances passed to this "
