@@ -198,19 +198,25 @@ TRACED_BUILD_KINDS = (sorted(KINDS) if full_matrices() else
                       ["conv_lstm_2d", "our_cells", "rnn_cells"])
 
 
-@pytest.mark.parametrize("build", ["eager", "function"])
-def test_checkpoint_before_the_first_call(saved, build):
-  if build == "function" and saved.kind not in TRACED_BUILD_KINDS:
-    pytest.skip("restored in a trace for other kinds; --full: every kind")
+def restore_before_the_first_call(saved, build):
   model, optimizer = model_of(saved.kind, built=False), keras.optimizers.Adam(0.1)
   status = tf.train.Checkpoint(model=model, optimizer=optimizer).restore(
       saved.checkpoint)
-  if build == "function":
-    tf.function(model)(saved.x)
-  assert_restored(model, saved)  # Builds the model: restored as created.
+  build(model)
+  assert_restored(model, saved)  # Builds an unbuilt model: restored as created.
   fixed_step(model, optimizer)  # Builds the optimizer's slots: restored.
   assert_all_equal(values(model.weights), saved.weights_after_next_step)
   status.assert_consumed()
+
+
+def test_checkpoint_before_the_first_call(saved):
+  restore_before_the_first_call(saved, lambda model: None)
+
+
+@pytest.mark.parametrize("saved", TRACED_BUILD_KINDS, indirect=True)
+def test_checkpoint_before_a_traced_first_call(saved):
+  restore_before_the_first_call(saved,
+                                lambda model: tf.function(model)(saved.x))
 
 
 def assert_same(model, reference, x):
@@ -246,10 +252,8 @@ SAVED_MODEL_KINDS = (sorted(KINDS) if full_matrices() else
                      ["conv_lstm_2d", "lstm", "our_cells", "zoneout"])
 
 
+@pytest.mark.parametrize("saved", SAVED_MODEL_KINDS, indirect=True)
 def test_saved_model(saved, tmp_path):
-  if saved.kind not in SAVED_MODEL_KINDS:
-    pytest.skip("a SavedModel of this kind's loop is tested on another "
-                "kind; --full exports every kind")
   path = str(tmp_path / "saved_model")
   saved.model.export(path, verbose=False)
   loaded = tf.saved_model.load(path)

@@ -15,7 +15,8 @@ same next optimizer step:
   tutorial restores;
 - from a checkpoint the previous release wrote (its wrapper's attention
   layers and mechanisms reached only through the optimizer), once the
-  optimizer is built (docs/export.md).
+  optimizer is built (docs/export.md);
+- and Keras's `save_weights`/`load_weights` (`.weights.h5`).
 
 Two decoders: the tutorial's (one `LuongAttention`, the mechanism and the
 cell also the model's attributes) and one whose wrapper holds the three
@@ -157,9 +158,12 @@ class Job:
         for i, v in enumerate(variables))
 
   def build(self, source):
-    """Builds every weight: a greedy translation, as after a restore."""
+    """Builds every weight: a greedy translation, as after a restore (the
+    decoder model's own call, teacher-forced training, is not needed)."""
     self.decoder.embedding(source)
-    return self.greedy(source)
+    decodes = self.greedy(source)
+    self.decoder.build()  # Its layers are: Keras's save_weights asks.
+    return decodes
 
   def build_optimizer(self):
     self.optimizer.build(self.variables)
@@ -281,24 +285,44 @@ def test_restores_into_the_models_alone(trained):
   assert_weights_equal(job.decodes(), trained.decodes)
 
 
-@pytest.mark.parametrize("build", ["eager", "function"])
-def test_restores_before_the_first_call(trained, build):
-  # The tutorial's restore: fresh models and optimizer, nothing built; each
-  # weight (the optimizer's slots too) takes its value as it is created, in
-  # an eager call or in a tf.function's trace.
-  if build == "function" and trained.kind != "luong":
-    pytest.skip("the restore in a trace is the same for every kind")
+def restore_before_the_first_call(trained, build):
   job = Job(trained.kind)
   status = job.checkpoint.restore(trained.path)
-  source = source_tokens()
-  if build == "eager":
-    job.build(source)
-  else:
-    tf.function(job.build)(source)
+  build(job)
   assert_weights_equal(job.weights, trained.weights)
   assert_weights_equal(job.decodes(), trained.decodes)
   assert_next_step_equal(job, trained)  # Builds the optimizer.
   status.assert_consumed()
+
+
+def test_restores_before_the_first_call(trained):
+  # The tutorial's restore: fresh models and optimizer, nothing built; each
+  # weight (the optimizer's slots too) takes its value as it is created.
+  restore_before_the_first_call(trained, lambda job: job.build(source_tokens()))
+
+
+@pytest.mark.parametrize("trained", ["luong"], indirect=True)
+def test_restores_before_a_traced_first_call(trained):
+  # The same, each weight created in a tf.function's trace (the same for
+  # every kind).
+  restore_before_the_first_call(
+      trained, lambda job: tf.function(job.build)(source_tokens()))
+
+
+def test_weights_files_restore(trained, tmp_path):
+  # Keras's own save_weights/load_weights (.weights.h5): Keras follows its
+  # lists itself.
+  job = Job(trained.kind)
+  job.checkpoint.restore(trained.path).expect_partial()
+  job.build(source_tokens())
+  fresh = Job(trained.kind)
+  fresh.build(source_tokens())
+  for name in ("encoder", "decoder"):
+    path = str(tmp_path / f"{name}.weights.h5")
+    getattr(job, name).save_weights(path)
+    getattr(fresh, name).load_weights(path)
+  assert_weights_equal(fresh.weights, trained.weights)
+  assert_weights_equal(fresh.decodes(), trained.decodes)
 
 
 class BeamTranslator(BuildsInItsCall, keras.Model):
