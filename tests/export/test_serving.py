@@ -253,3 +253,36 @@ def test_export_example_prints_a_working_cli_command(adding_export, served):
   run = section(served, "adding")
   assert run["returncode"] == 0, run["stderr"][-2000:]
   assert "Result for output key output" in run["stdout"]
+
+
+def outputs_and_gradients(module, x):
+  with tf.GradientTape() as tape:
+    y = module(x)
+    loss = tf.reduce_sum(y * y)
+  return [y] + tape.gradient(loss, [module.w, module.u])
+
+
+def test_module_on_the_op_restores_and_reloads_in_process(tmp_path):
+  # The op in a tf.Module (the round-trip matrix's op row): a checkpoint
+  # into a fresh module (its variables exist at construction, so a restore
+  # is immediate) computes exactly the original's outputs and gradients;
+  # its SavedModel reloaded here the same outputs, and gradients to float
+  # rounding (the saved custom gradient is a graph that the loader
+  # optimizes anew: 7e-7 relative seen).
+  module, x = ElmanModule(), tf.constant(inputs_for(2, 5))
+  want = outputs_and_gradients(module, x)
+  path = tf.train.Checkpoint(module=module).save(str(tmp_path / "ckpt"))
+  fresh = ElmanModule()
+  for variable in (fresh.w, fresh.u):
+    variable.assign(tf.zeros_like(variable))
+  tf.train.Checkpoint(module=fresh).restore(path).assert_consumed()
+  tf.saved_model.save(
+      module, str(tmp_path / "saved"),
+      options=tf.saved_model.SaveOptions(experimental_custom_gradients=True))
+  reloaded = tf.saved_model.load(str(tmp_path / "saved"))
+  for got, expected in zip(outputs_and_gradients(fresh, x), want):
+    np.testing.assert_array_equal(got, expected)
+  got = outputs_and_gradients(reloaded, x)
+  np.testing.assert_array_equal(got[0], want[0])
+  for g, expected in zip(got[1:], want[1:]):
+    np.testing.assert_allclose(g, expected, rtol=1e-5, atol=1e-6)

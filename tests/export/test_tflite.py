@@ -137,6 +137,11 @@ CASES = {
         return_sequences=True)), 0),
     "bidirectional_gru": (sequential(lambda: keras.layers.Bidirectional(
         tf_recurrent.GRU(H, return_sequences=True))), 0),
+    # A list of cells (StackedRNNCells), ours, in a Bidirectional.
+    "bidirectional_rnn_cell_list": (sequential(
+        lambda: keras.layers.Bidirectional(tf_recurrent.RNN(
+            [tf_recurrent.ZoneoutGRUCell(H, zoneout_h=0.3),
+             tf_recurrent.PeepholeLSTMCell(H)], return_sequences=True))), 0),
     # The cells Keras 3 does not ship: a builtin loop (the fused LSTM's
     # peephole and layer-norm inputs compute other math; its projection
     # the converter cannot pass, tflite.convert writes it in, see

@@ -124,38 +124,39 @@ def test_passing_memory_from_call(attention_cls):
 
 @pytest.mark.parametrize("attention_cls", attention_classes)
 def test_save_load_layer(attention_cls):
-    # Keras 3: a layer cannot hold another layer's symbolic output, so the
-    # functional model that gave the mechanism `encoder_output` at
-    # construction becomes a subclassed model setting the memory up in its
-    # call; it is rebuilt from the mechanism's config and the weights.
     dummy_data = DummyData()
     vocab = 20
     embedding_dim = 6
+    inputs = keras.Input(shape=[dummy_data.timestep])
+    encoder_input = keras.layers.Embedding(vocab, embedding_dim, mask_zero=True)(
+        inputs
+    )
+    encoder_output = keras.layers.LSTM(
+        dummy_data.memory_size, return_sequences=True
+    )(encoder_input)
 
-    class EncoderAttention(keras.Model):
-        def __init__(self, attention):
-            super().__init__()
-            self.emb = keras.layers.Embedding(vocab, embedding_dim, mask_zero=True)
-            self.encoder = keras.layers.LSTM(
-                dummy_data.memory_size, return_sequences=True
-            )
-            self.attention = attention
+    attention = attention_cls(dummy_data.units, encoder_output)
+    query = keras.Input(shape=[dummy_data.units])
+    state = keras.Input(shape=[dummy_data.timestep])
 
-        def call(self, inputs):
-            x, query, state = inputs
-            self.attention(self.encoder(self.emb(x)), setup_memory=True)
-            return self.attention([query, state])
+    score = attention([query, state])
 
     x_test = np.random.randint(vocab, size=(dummy_data.batch, dummy_data.timestep))
-    model = EncoderAttention(attention_cls(dummy_data.units))
+    model = keras.Model([inputs, query, state], score)
+    # Fall back to v1 style Keras training loop until issue with
+    # using outputs of a layer in another layer's constructor.
     model.compile("rmsprop", "mse")
     y_ref = model.predict_on_batch([x_test, dummy_data.query, dummy_data.state])
 
-    config = model.attention.get_config()
+    config = model.get_config()
     weights = model.get_weights()
-    loaded_model = EncoderAttention(attention_cls.from_config(config))
-    loaded_model([x_test, dummy_data.query, dummy_data.state])  # Builds it.
+    loaded_model = keras.Model.from_config(
+        config, custom_objects={attention_cls.__name__: attention_cls}
+    )
     loaded_model.set_weights(weights)
+
+    # Fall back to v1 style Keras training loop until issue with
+    # using outputs of a layer in another layer's constructor.
     loaded_model.compile("rmsprop", "mse")
 
     y = loaded_model.predict_on_batch([x_test, dummy_data.query, dummy_data.state])
@@ -163,11 +164,12 @@ def test_save_load_layer(attention_cls):
     np.testing.assert_allclose(y_ref, y)
 
 
-def test_symbolic_memory_refused():
-    # What the Keras 2 test above did, refused with the way out.
+def test_symbolic_memory_cannot_be_set_up_directly():
+    # A functional model's memory goes to the constructor (above), not to
+    # setup_memory, which would need its values now.
     memory = keras.Input(shape=[5, 6])
-    with pytest.raises(ValueError, match="setup_memory=True"):
-        wrapper.LuongAttention(8, memory)
+    with pytest.raises(ValueError, match="give it to the mechanism's constructor"):
+        wrapper.LuongAttention(8).setup_memory(memory)
 
 
 @pytest.mark.parametrize("attention_cls", attention_classes)

@@ -1,13 +1,16 @@
-"""Keras 3 saving of `AttentionWrapper`: `model.save("x.keras")` and
-`keras.models.load_model` without `custom_objects` give a model computing
-the same outputs.
+"""Keras 3 saving of `AttentionWrapper` and the mechanisms: `model.save(
+"x.keras")` and `keras.models.load_model` without `custom_objects` give a
+model computing the same outputs.
 
-The memory is a tensor set up at run time, not config: each model here sets
-its mechanisms' memory up in a layer's (or the model's) `call`, as a Keras 3
-model must (a layer cannot hold another layer's symbolic output). The
-wrapper's config holds its cell, its mechanisms (their own configs, memory
-None), the attention layer sizes or layers, `alignment_history`,
-`output_attention` and its functions.
+The memory is a tensor set up at run time, not config: each model with a
+wrapper here sets its mechanisms' memory up in a layer's (or the model's)
+`call`, as a Keras 3 model must (a layer cannot hold another layer's
+symbolic output). A mechanism queried in a functional model itself takes
+the encoder's symbolic output at construction, as in Addons (its Keras call
+carries the memory: `test_functional_memory_*`). The wrapper's config holds
+its cell, its mechanisms (their own configs, memory None), the attention
+layer sizes or layers, `alignment_history`, `output_attention` and its
+functions.
 """
 
 import json
@@ -284,3 +287,99 @@ def test_deserialized_layer_has_its_weights_before_any_memory():
       keras.saving.serialize_keras_object(mechanism))))
   assert [w.shape for w in alone.weights] == [
       w.shape for w in mechanism.weights]
+
+
+def functional_memory_model(mechanism_cls, lengths_input):
+  """Addons' functional pattern (attention_wrapper_test's
+  test_save_load_layer): the mechanism given the encoder's symbolic output
+  (masked by the embedding's zeros, or by an input of lengths), queried
+  with symbolic inputs."""
+  source = keras.Input([SOURCE_STEPS], dtype="int32")
+  memory = keras.layers.LSTM(UNITS, return_sequences=True)(
+      keras.layers.Embedding(VOCAB, 4, mask_zero=not lengths_input)(source))
+  inputs = [source]
+  lengths = None
+  if lengths_input:
+    lengths = keras.Input([], dtype="int32")
+    inputs.append(lengths)
+  mechanism = mechanism_cls(UNITS, memory, memory_sequence_length=lengths)
+  query, state = keras.Input([UNITS]), keras.Input([SOURCE_STEPS])
+  alignments, next_state = mechanism([query, state])
+  model = keras.Model(inputs + [query, state], [alignments, next_state])
+  return model, mechanism, keras.Model(source, memory)
+
+
+def functional_memory_data(lengths_input):
+  rng = np.random.default_rng(4)
+  source = rng.integers(1, VOCAB, [BATCH, SOURCE_STEPS]).astype(np.int32)
+  data_ = [source]
+  if lengths_input:
+    data_.append(np.array([SOURCE_STEPS, 2], np.int32))
+  else:
+    source[1, 3:] = 0  # The embedding masks these steps.
+  query = rng.normal(size=[BATCH, UNITS]).astype(np.float32)
+  state = rng.normal(size=[BATCH, SOURCE_STEPS]).astype(np.float32)
+  state = np.abs(state) / np.abs(state).sum(1, keepdims=True)
+  return data_ + [query, state]
+
+
+FUNCTIONAL_MEMORY_CASES = {
+    "luong-mask": (seq2seq.LuongAttention, False),
+    "bahdanau_monotonic-lengths": (seq2seq.BahdanauMonotonicAttention, True),
+}
+
+
+@pytest.mark.parametrize("mechanism_cls,lengths_input",
+                         FUNCTIONAL_MEMORY_CASES.values(),
+                         ids=FUNCTIONAL_MEMORY_CASES.keys())
+def test_functional_memory_attends_over_the_encoders_output(
+    mechanism_cls, lengths_input):
+  # Each run sets the memory up from the encoder's output, its Keras mask
+  # or the lengths input masking it: the alignments are those of the same
+  # mechanism given that memory directly.
+  model, mechanism, encoder = functional_memory_model(mechanism_cls,
+                                                      lengths_input)
+  assert not mechanism.memory_initialized  # Nothing left of the tracing.
+  inputs = functional_memory_data(lengths_input)
+  got = model(inputs)
+  memory = encoder(inputs[0])
+  if lengths_input:
+    mechanism.setup_memory(memory, memory_sequence_length=inputs[1])
+  else:
+    mechanism.setup_memory(memory, memory_mask=inputs[0] != 0)
+  want = mechanism(inputs[-2:])
+  for g, w in zip(got, want):
+    np.testing.assert_array_equal(g, w)
+  masked = np.asarray(got[0])[1, 2 if lengths_input else 3:]
+  np.testing.assert_array_equal(masked, 0.0)
+  # Gradients reach the encoder and the memory layer through the memory.
+  with tf.GradientTape() as tape:
+    loss = tf.reduce_sum(model(inputs)[0] * inputs[-1])
+  grads = tape.gradient(loss, [mechanism.memory_layer.kernel,
+                               encoder.layers[-1].trainable_variables[0]])
+  assert all(np.abs(g).max() > 0 for g in grads)
+
+
+@pytest.mark.parametrize("mechanism_cls,lengths_input",
+                         FUNCTIONAL_MEMORY_CASES.values(),
+                         ids=FUNCTIONAL_MEMORY_CASES.keys())
+def test_functional_memory_round_trips(mechanism_cls, lengths_input,
+                                       tmp_path):
+  model, _, _ = functional_memory_model(mechanism_cls, lengths_input)
+  for weight in model.weights:  # Not the initial weights.
+    weight.assign(weight + 0.1)
+  inputs = functional_memory_data(lengths_input)
+  want = model(inputs)
+  from_config = keras.Model.from_config(model.get_config())
+  from_config.set_weights(model.get_weights())
+  for clone in (from_config, save_and_load(model, tmp_path)):
+    for g, w in zip(clone(inputs), want):
+      np.testing.assert_array_equal(g, w)
+
+
+def test_symbolic_memory_in_a_wrapper_says_where_it_goes():
+  memory = keras.Input([SOURCE_STEPS, UNITS])
+  wrapper = seq2seq.AttentionWrapper(keras.layers.LSTMCell(UNITS),
+                                     seq2seq.LuongAttention(UNITS, memory))
+  with pytest.raises(ValueError, match="symbolic"):
+    wrapper.get_initial_state(batch_size=BATCH, dtype=tf.float32)

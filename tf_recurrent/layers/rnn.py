@@ -37,6 +37,7 @@ import keras
 import tensorflow as tf
 
 from tf_recurrent import engine
+from tf_recurrent.engine import tracking
 from tf_recurrent.op import step_clusters
 
 
@@ -115,6 +116,16 @@ class _RecurrentLoop:
     return last_output, outputs, final_states
 
 
+def _track_stacked_cells(cell):
+  """Keras 3's `StackedRNNCells` keeps its cells in a list that
+  `tf.train.Checkpoint` does not follow (keras.layers.RNN's checkpoints
+  lose them): tracked here as tf.keras did, `cell/cells/0/...`."""
+  if isinstance(cell, keras.layers.StackedRNNCells):
+    tracking.track_list(cell, "cells")
+    for inner in cell.cells:
+      _track_stacked_cells(inner)
+
+
 def _keras_arguments(arguments: Dict[str, Any]) -> Dict[str, Any]:
   """A constructor's `locals()` as keyword arguments for Keras's __init__."""
   passed = {k: v for k, v in arguments.items()
@@ -160,6 +171,8 @@ class RNN(_RecurrentLoop, keras.layers.RNN):
     super().__init__(**_keras_arguments(locals()))
     self._set_recompute(recompute)
     self.xla_steps = step_clusters.check_setting(xla_steps)
+    # A list of cells is Keras's StackedRNNCells by now.
+    _track_stacked_cells(self.cell)
 
   def get_config(self):
     return {**super().get_config(), "xla_steps": self.xla_steps}

@@ -13,6 +13,15 @@ A query runs the mechanism's own code directly rather than through
 traced step, `dynamic_decode`'s `tf.while_loop`), and the memory it reads
 is a tensor set up outside that step, which Keras 3's call machinery (its
 symbolic tracing and autocasting of the inputs only) cannot see.
+
+A memory that is another layer's symbolic output in a functional model
+(Addons' `LuongAttention(units, encoder_output)`) is different: a Keras 3
+layer cannot hold it, so the mechanism keeps it until it is queried with
+symbolic inputs and then passes it to Keras's call as the `memory` keyword
+argument. Keras records it as one of the node's inputs (with its Keras mask
+as `memory_mask`), so the model's config connects the encoder to the
+mechanism, and each run of the model sets the memory up from the encoder's
+output before the query.
 """
 
 import functools
@@ -40,9 +49,12 @@ def _prepare_memory(memory: Any, memory_sequence_length: Any = None,
   if isinstance(memory, keras.KerasTensor):
     raise ValueError(
         "memory is a symbolic KerasTensor (another layer's output in a "
-        "functional model): a Keras 3 layer cannot hold one. Set the memory "
-        "up in a subclassed model's call instead: "
-        "mechanism(memory, setup_memory=True), or mechanism.setup_memory().")
+        "functional model), which cannot be set up before the model runs: "
+        "give it to the mechanism's constructor and query the mechanism in "
+        "the functional model (mechanism([query, state]) with symbolic "
+        "inputs), or set the memory up in a layer's or subclassed model's "
+        "call: mechanism(memory, setup_memory=True), or "
+        "mechanism.setup_memory().")
   memory = _as_tensor(memory, "memory")
   if memory.shape.rank is not None and memory.shape.rank < 3:
     # A [time, depth] memory would otherwise be read as a batch of vectors.
@@ -71,6 +83,12 @@ def _prepare_memory(memory: Any, memory_sequence_length: Any = None,
     mask = tf.cast(memory_mask, memory.dtype)
   extra = tf.ones([tf.rank(memory) - 2], tf.int32)
   return memory * tf.reshape(mask, tf.concat([tf.shape(mask), extra], 0))
+
+
+def _symbolic(structure: Any) -> bool:
+  """Whether `structure` holds a KerasTensor (a functional model's)."""
+  return any(isinstance(x, keras.KerasTensor)
+             for x in tf.nest.flatten(structure))
 
 
 def hardmax(logits: Any, name: Optional[str] = None) -> tf.Tensor:
@@ -264,8 +282,15 @@ class AttentionMechanism(keras.layers.Layer):
     self._check_inner_dims_defined = True
     self._scoring_built = False
     self.supports_masking = True
+    # A functional model's symbolic memory (and lengths), passed to Keras's
+    # call when the mechanism is queried there (the module docstring).
+    self._symbolic_memory = None
     if memory is not None:
-      self.setup_memory(memory, memory_sequence_length)
+      if _symbolic([memory, memory_sequence_length]):
+        self._symbolic_memory = (memory, memory_sequence_length)
+        self._memory_depth = memory.shape[-1]
+      else:
+        self.setup_memory(memory, memory_sequence_length)
 
   @property
   def memory_initialized(self) -> bool:
@@ -325,10 +350,17 @@ class AttentionMechanism(keras.layers.Layer):
     # The query bypasses Keras's autocasting (module docstring).
     return tf.cast(tf.convert_to_tensor(variable), dtype)
 
-  def __call__(self, inputs, mask=None, setup_memory=False, **kwargs):
+  def __call__(self, inputs, mask=None, setup_memory=False, memory=None,
+               memory_sequence_length=None, **kwargs):
     """`setup_memory=True`: sets up `inputs` (memory or [memory, lengths])
-    as the memory; else queries with `inputs = [query, state]`."""
+    as the memory; else queries with `inputs = [query, state]` (after
+    setting up `memory`, with its lengths, where given)."""
     del kwargs
+    if (memory is None and self._symbolic_memory is not None and
+        not setup_memory and _symbolic(inputs)):
+      memory, memory_sequence_length = self._symbolic_memory
+    if memory is not None:
+      return self._call_with_memory(inputs, memory, memory_sequence_length)
     if setup_memory:
       if isinstance(inputs, (list, tuple)):
         if len(inputs) not in (1, 2):
@@ -341,6 +373,12 @@ class AttentionMechanism(keras.layers.Layer):
       self.setup_memory(memory, lengths, mask)
       return self.values
     if not self._memory_initialized:
+      if self._symbolic_memory is not None:
+        raise ValueError(
+            f"{self.name}'s memory is a functional model's symbolic tensor: "
+            "query the mechanism with that model's symbolic inputs (the "
+            "model then sets the memory up at each run), or set a memory up "
+            "(setup_memory).")
       raise ValueError("Cannot query the attention before the setup of memory")
     if not isinstance(inputs, (list, tuple)) or len(inputs) not in (2, 3):
       raise ValueError("Expect the inputs to have query, state, and optional "
@@ -355,7 +393,46 @@ class AttentionMechanism(keras.layers.Layer):
     with tf.name_scope(self.name):
       return self._calculate_attention(query, state)
 
-  def call(self, inputs, mask=None, setup_memory=False):  # pylint: disable=arguments-differ
+  def _call_with_memory(self, inputs, memory, memory_sequence_length):
+    """A query given its memory: through Keras's call, which records the
+    memory as an input of a functional model's node and passes its Keras
+    mask as `memory_mask`."""
+    if not isinstance(inputs, (list, tuple)) or len(inputs) not in (2, 3):
+      raise ValueError("Expect the inputs to have query, state, and optional "
+                       "processed memory")
+    if not self.built:
+      query_depth = inputs[0].shape[-1]
+      self._build_without_memory(memory.shape[-1], query_depth)
+    memory_kwargs = {"memory": memory}
+    if memory_sequence_length is not None:
+      memory_kwargs["memory_sequence_length"] = memory_sequence_length
+    if not _symbolic([inputs, memory_kwargs]):
+      return super().__call__(list(inputs), **memory_kwargs)
+    # A symbolic call runs `call` on placeholders: keep the memory set up
+    # before it, not theirs.
+    kept = self._memory_setup()
+    try:
+      return super().__call__(list(inputs), **memory_kwargs)
+    finally:
+      self._set_memory_setup(kept)
+
+  _MEMORY_SETUP = ("values", "keys", "batch_size", "_alignments_size",
+                   "_score_mask", "_memory_initialized")
+
+  def _memory_setup(self):
+    return {name: getattr(self, name) for name in self._MEMORY_SETUP}
+
+  def _set_memory_setup(self, setup):
+    for name, value in setup.items():
+      setattr(self, name, value)
+
+  def call(self, inputs, mask=None, setup_memory=False, memory=None,  # pylint: disable=arguments-differ
+           memory_sequence_length=None, memory_mask=None):
+    if memory is not None:
+      # Keras passes the memory's Keras mask; explicit lengths win.
+      self.setup_memory(memory, memory_sequence_length,
+                        None if memory_sequence_length is not None
+                        else memory_mask)
     return self(inputs, mask=mask, setup_memory=setup_memory)
 
   def setup_memory(self, memory: Any, memory_sequence_length: Any = None,

@@ -24,6 +24,7 @@ from typing import Any, Callable, List, Optional, Union
 import keras
 import tensorflow as tf
 
+from tf_recurrent.engine import tracking
 from tf_recurrent.seq2seq import attention as attention_lib
 # Addons' module path `seq2seq.attention_wrapper` also held the mechanisms.
 from tf_recurrent.seq2seq.attention import AttentionMechanism  # pylint: disable=unused-import
@@ -218,6 +219,10 @@ class AttentionWrapper(keras.layers.Layer):
     self._attention_layer_size = None
     self._cell = cell
     self._attention_mechanisms = mechanisms
+    # Keras 3 keeps these lists out of tf.train.Checkpoint: tracked here
+    # under Addons' paths (`_attention_layers/0/...`).
+    tracking.track_list(self, "_attention_layers")
+    tracking.track_list(self, "_attention_mechanisms")
     self._cell_input_fn = cell_input_fn or _default_cell_input_fn
     self._output_attention = output_attention
     self._alignment_history = alignment_history
@@ -236,6 +241,13 @@ class AttentionWrapper(keras.layers.Layer):
 
   def _attention_mechanisms_checks(self):
     for mechanism in self._attention_mechanisms:
+      if mechanism._symbolic_memory is not None and not mechanism.memory_initialized:  # pylint: disable=protected-access
+        raise ValueError(
+            f"The memory of {mechanism.name} is a functional model's symbolic "
+            "tensor, which a mechanism queried in that model takes; an "
+            "AttentionWrapper's mechanisms need their memory set up before "
+            "the wrapper runs: call mechanism.setup_memory(memory) in a "
+            "layer's or subclassed model's call (docs/seq2seq.md).")
       if not mechanism.memory_initialized:
         raise ValueError(
             "The AttentionMechanism instances passed to this "
