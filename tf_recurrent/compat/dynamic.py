@@ -382,16 +382,30 @@ def _build(cell: Any, step_shapes: Any,
   from the shapes (`TensorShape`s) of one step's inputs; an RNNCell
   object's (tf_keras's legacy cells, which create theirs on their first
   call, a MultiRNNCell's layers included) by `first_call()`, a call whose
-  results are dropped, in the variable scope TensorFlow would use."""
-  if getattr(cell, "built", True) or not callable(getattr(cell, "build",
-                                                          None)):
+  results are dropped, in the variable scope TensorFlow would use.
+
+  In a TF1 graph a tf_keras layer's first call once built is also made
+  here, in the caller's graph: the layer caches that call's variable scope,
+  with its graph, and enters that graph on every later call outside a
+  function. Made by the op's trace of one step (`op/probe.py`), it sent
+  every later call (a one-step run's, the user's own) into the trace's graph.
+  """
+  if isinstance(cell, keras.layers.Layer) or first_call is None:
+    if not getattr(cell, "built", True) and callable(getattr(cell, "build",
+                                                             None)):
+      cell.build(tf.nest.map_structure(lambda s: tuple(s.as_list()),
+                                       step_shapes))
     return
-  if first_call is not None and not isinstance(cell, keras.layers.Layer):
+  if not hasattr(cell, "built"):  # Not a layer: nothing to build or cache.
+    return
+  calls = 0 if cell.built else 1
+  if not tf.executing_eagerly() and not (
+      tf.compat.v1.get_default_graph().building_function):
+    calls += 1
+  for _ in range(calls):
     for leaf in tf.nest.flatten(first_call()):
       if hasattr(leaf, "mark_used"):  # A TensorArray written and dropped.
         leaf.mark_used()
-    return
-  cell.build(tf.nest.map_structure(lambda s: tuple(s.as_list()), step_shapes))
 
 
 def _call(cell: Any, x: Any, state: Any) -> Tuple[Any, Any]:
