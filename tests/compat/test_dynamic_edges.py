@@ -96,6 +96,11 @@ def run_functional(lib, fn, cell, x, lengths, steps):
   return [emit_ta.stack()] + tf.nest.flatten(state)
 
 
+def dense(gradients):
+  """Gradients as tensors (tf.gather's are IndexedSlices)."""
+  return [tf.convert_to_tensor(g) for g in gradients]
+
+
 def loss_of(values):
   return sum(tf.reduce_sum(tf.sin(v) * (1.0 + i))
              for i, v in enumerate(values))
@@ -148,7 +153,6 @@ def where(kind, mode, fn, steps, lengths):
   # bidirectional_dynamic_rnn builds a cell with two sets of inputs.
   # raw_rnn (the dearest: it runs its loop twice) only in TF1 graphs, with
   # two cells: in a tf.function it is test_dynamic.py's, eagerly below's.
-  # TODO: eager raw_rnn reading its TensorArray (the next commit).
   return not (fn == "raw" and steps == 0) and not (
       fn == "bidirectional" and kind == "legacy_residual") and not (
           fn == "raw" and (mode != "tf1" or kind not in (
@@ -174,3 +178,115 @@ def test_short_sequences_match_compat_v1(kind, mode, fn, steps, lengths):
   assert_all_close(ours, theirs, 1e-5)
   assert_all_close(our_grads, their_grads, 1e-4)
 
+# Closures an eager step reads at the step's index.
+
+CLOSURES = ["tensor_array", "python_list", "numpy_index", "eager_tensor",
+            "variable"]
+
+
+def closure_reader(kind, x):
+  """`read(t) -> x[t]` through a closure of `kind` over time-major `x`. The
+  first three only an eager step can use (the op's trace cannot), the other
+  two are graph values a trace captures."""
+  if kind == "tensor_array":
+    return tf.TensorArray(x.dtype, size=x.shape[0]).unstack(x).read
+  if kind == "python_list":
+    rows = tf.unstack(x)
+    return lambda t: rows[t]
+  if kind == "numpy_index":
+    return lambda t: x[int(t.numpy())]
+  if kind == "variable":
+    x = tf.Variable(x, trainable=False)
+  return lambda t: tf.gather(x, t)
+
+
+def raw_reading(lib, cell, kind, x, lengths):
+  """TensorFlow's testRawRNN loop_fn, its inputs read through `kind`."""
+  read = closure_reader(kind, x)
+  state0 = initial_state(cell, listed=False)
+
+  def loop_fn(time, cell_output, cell_state, loop_state):
+    state = state0 if cell_output is None else tf.nest.pack_sequence_as(
+        state0, tf.nest.flatten(cell_state))
+    finished = time >= lengths
+    next_input = tf.cond(tf.reduce_all(finished), lambda: tf.zeros([B, D]),
+                         lambda: read(time))
+    return finished, next_input, state, cell_output, loop_state
+
+  emit_ta, state, _ = lib.raw_rnn(cell, loop_fn)
+  return [emit_ta.stack()] + tf.nest.flatten(state)
+
+
+@pytest.mark.parametrize("kind,closure", [
+    ("keras_lstm", "tensor_array"), ("keras_gru", "tensor_array"),
+    ("legacy_lstm", "python_list"), ("keras_gru", "numpy_index"),
+    ("keras_lstm", "eager_tensor"), ("legacy_lstm", "variable")])
+def test_raw_rnn_eagerly_reading_a_closure_matches_compat_v1(kind, closure):
+  """TensorFlow's testRawRNN eagerly, a Keras 3 LSTMCell or GRUCell: the op
+  traced loop_fn, where an eager TensorArray cannot be read at a symbolic
+  index (OperatorNotAllowedInGraphError). What only an eager step can use
+  now runs eagerly, as tf.compat.v1.nn.raw_rnn runs it; the rest on the op."""
+  cell = (keras.layers.LSTMCell(H) if kind == "keras_lstm" else
+          keras.layers.GRUCell(H) if kind == "keras_gru" else
+          rnn_cell.LSTMCell(H))
+  x = tf.constant(np.random.default_rng(5).normal(size=[6, B, D]),
+                  tf.float32)
+  lengths = tf.constant([6, 2, 4])
+  results = []
+  for lib in (tf_recurrent, V1):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      values = raw_reading(lib, cell, closure, x, lengths)
+      loss = loss_of(values)
+    results.append((values, dense(tape.gradient(
+        loss, [x] + variables_of(cell), unconnected_gradients=ZERO))))
+  (ours, our_grads), (theirs, their_grads) = results
+  assert_all_close(ours, theirs, 1e-5)
+  assert_all_close(our_grads, their_grads, 1e-4)
+  if closure in ("tensor_array", "eager_tensor"):  # Gradients reach x.
+    assert np.abs(our_grads[0]).sum() > 0
+
+
+class EagerOnlyCell(keras.layers.Layer):
+  """A GRU cell scaling its input by a Python float read with `.numpy()`
+  (or branching on a tensor as a Python bool): only an eager step runs it."""
+
+  def __init__(self, how, **kwargs):
+    super().__init__(**kwargs)
+    self.how = how
+    self.gru = keras.layers.GRUCell(H)
+    self.state_size = self.output_size = H
+
+  def get_initial_state(self, batch_size):
+    return tf.zeros([batch_size, H])
+
+  def build(self, input_shape):
+    self.gru.build(input_shape)
+
+  def call(self, inputs, states):
+    if self.how == "numpy":
+      inputs = inputs * float(tf.reduce_max(inputs).numpy() > 0.5)
+    elif tf.reduce_max(inputs) > 0.5:  # A tensor as a Python bool.
+      inputs = inputs * 2.0
+    return self.gru(inputs, states)
+
+
+@pytest.mark.parametrize("how", ["numpy", "python_if"])
+def test_dynamic_rnn_eagerly_with_a_cell_only_an_eager_step_runs(how):
+  """dynamic_rnn eagerly over such a cell runs it eagerly (TensorFlow's
+  dynamic_rnn does) instead of failing in the op's trace."""
+  cell = EagerOnlyCell(how)
+  x = tf.constant(np.random.default_rng(6).normal(size=[B, 4, D]),
+                  tf.float32)
+  lengths = tf.constant([4, 1, 3])
+  state0 = tf.zeros([B, H])
+  results = []
+  for lib in (tf_recurrent, V1):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      values = tf.nest.flatten(lib.dynamic_rnn(
+          cell, x, sequence_length=lengths, initial_state=state0))
+      loss = loss_of(values)
+    results.append((values, dense(tape.gradient(
+        loss, [x] + variables_of(cell)))))
+  assert_all_close(results[0], results[1], 1e-5)

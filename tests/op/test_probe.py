@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 import tf_recurrent
+from tf_recurrent.op.probe import UntraceableStepError
 from conftest import MODES, assert_all_close, in_mode, static_unroll
 
 KINDS = ("op", "constant", "placeholder", "object_variable",
@@ -162,3 +163,46 @@ def test_the_error_names_the_closure():
     with pytest.raises(ValueError, match="my_scale.*Pass them in theta"):
       tf_recurrent.recurrent({"w": tf.constant(W)}, tf.constant(H0),
                              tf.constant(X), cell, cell_grad)
+
+
+def eager_only_reader(kind, x):
+  """`read(t) -> x[t]` as only an eager step can: eager TensorArray, Python
+  list, `.numpy()` index."""
+  if kind == "tensor_array":
+    return tf.TensorArray(x.dtype, size=x.shape[0]).unstack(x).read
+  if kind == "python_list":
+    return tf.unstack(x).__getitem__
+  return lambda t: x[int(t.numpy())]
+
+
+@pytest.mark.parametrize("kind", ["tensor_array", "python_list", "numpy"])
+def test_eager_call_names_what_only_an_eager_step_can_use(kind):
+  """Eagerly the op traces its step: reading an eager TensorArray at the
+  step's index raised OperatorNotAllowedInGraphError from deep in the trace.
+  It is an UntraceableStepError (a TypeError) saying why and what to do;
+  inside a tf.function the same cell reads graph values and runs."""
+  x = tf.constant(X)
+
+  def run():
+    read = eager_only_reader(kind, x) if tf.executing_eagerly() else (
+        lambda t: tf.gather(x, t))
+    return tf_recurrent.recurrent(
+        (), tf.constant(H0), tf.range(STEPS),
+        lambda _, h, t: (tf.tanh(h + read(t)), []))[1]
+
+  with pytest.raises(UntraceableStepError,
+                     match="(?s)only an eager one.*Pass such values through"):
+    run()
+  assert issubclass(UntraceableStepError, TypeError)
+  h = H0
+  for t in range(STEPS):
+    h = np.tanh(h + X[t])
+  np.testing.assert_allclose(tf.function(run)(), h, rtol=1e-12)
+
+
+def test_eager_call_keeps_a_step_bugs_own_error():
+  """Any other error tracing the step raises is the step's own, as is."""
+  with pytest.raises(TypeError, match="has no len") as raised:
+    tf_recurrent.recurrent((), tf.constant(H0), tf.constant(X),
+                           lambda _, h, x: (h + len(3), []))
+  assert not isinstance(raised.value, UntraceableStepError)

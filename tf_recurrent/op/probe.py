@@ -10,7 +10,10 @@ to the caller's graph) tells the op, in one place:
 * which trainable variables and outer tensors `cell_fn` closes over (they
   need gradients too), and whether it asks for `step_seed()`;
 * whether it draws from a stateful random op, which a recomputing gradient
-  could not reproduce.
+  could not reproduce;
+* called eagerly, whether the step can be traced at all: what only an eager
+  step can use (an eager TensorArray read at the step's index, say) raises
+  `UntraceableStepError`.
 """
 
 import dataclasses
@@ -42,6 +45,26 @@ _VARIABLE_WRITES = frozenset({
 
 # Stateful op types the traced step holds whatever the cell does.
 _BOOKKEEPING = frozenset({"Placeholder", "NoOp"})
+
+
+class UntraceableStepError(TypeError):
+  """Called eagerly, the step uses a tensor as only an eager one can be used
+  (an eager TensorArray read at the step's index, say), and the op's eager
+  call traces it (its loops run as one traced function). A TypeError, as
+  most tracing errors it replaces; `tf_recurrent.dynamic_rnn` and `raw_rnn`
+  catch it to run such a cell or `loop_fn` eagerly, as TensorFlow does."""
+
+
+def _is_eager_only(error: Exception) -> bool:
+  """Whether tracing failed where the step used a tensor as only an eager
+  one can be used: a symbolic tensor cannot index a Python list or an eager
+  TensorArray, be a Python bool or int, give `.numpy()`, or reach an eager
+  op."""
+  if isinstance(error, tf.errors.OperatorNotAllowedInGraphError):
+    return True
+  message = str(error)
+  return isinstance(error, (TypeError, AttributeError)) and (
+      "SymbolicTensor" in message or '"Graph" tensor' in message)
 
 
 def _describe_op(op: tf.Operation) -> str:
@@ -166,6 +189,8 @@ def probe_step(cell_fn: Callable[..., Any],
     ValueError: If `cell_fn` or `cell_grad` return values unlike the
       arguments they mirror, naming the leaf at fault, or `stop_fn` returns
       anything but a scalar bool.
+    UntraceableStepError: Called eagerly, if tracing the step fails where it
+      uses a tensor as only an eager one can be used.
   """
   specs = tf.nest.map_structure(_spec, (theta, state0))
   input_specs = tf.nest.map_structure(
@@ -192,8 +217,22 @@ def probe_step(cell_fn: Callable[..., Any],
           theta_, state0_, inputs_t)
     return step_extras
 
-  traced = tf.function(one_step, autograph=False).get_concrete_function(
-      specs[0], specs[1], input_specs)
+  eager = tf.executing_eagerly()
+  try:
+    traced = tf.function(one_step, autograph=False).get_concrete_function(
+        specs[0], specs[1], input_specs)
+  except (TypeError, AttributeError) as e:
+    if not eager or not _is_eager_only(e):
+      raise
+    raise UntraceableStepError(
+        "The step (cell_fn, stop_fn, cell_grad) uses a tensor as only an "
+        "eager one can be used, and the op traces its step even when called "
+        f"eagerly (its loops run as one tf.function): {type(e).__name__}: "
+        f"{e}\nAn eager TensorArray or a Python list indexed by a tensor of "
+        "the step, a tensor used as a Python bool or int, or `.numpy()`, "
+        "runs only eagerly. Pass such values through `inputs` or `theta` (a "
+        "TensorArray's stacked tensor), use tf.cond or tf.gather, or call "
+        "the op inside a tf.function, where they are graph values.") from e
   step_extras = tf.nest.map_structure(
       _spec, traced.structured_outputs)
   if extras is not None:
