@@ -245,6 +245,7 @@ def _recurrent(theta, state0, inputs, cell_fn, cell_grad, extras,
           f"seed must be an int32 or int64 tensor of shape [2]; got "
           f"{structs.describe(seed)}.")
 
+  probe_lib.settle_in_tf1_graph(cell_fn, theta, state0, inputs)
   step = probe_lib.probe_step(cell_fn, cell_grad, theta, state0, inputs,
                               extras, stop_fn)
   _check_gradient_is_computable(step, cell_grad)

@@ -167,6 +167,43 @@ def _check_stop_output(output: Any):
         f"with tf.reduce_all); got {structs.describe(output)}.")
 
 
+def settle_in_tf1_graph(cell_fn: Callable[..., Any], theta: Any,
+                        state0: Any, inputs: Any) -> None:
+  """In a TF1 graph (outside any function), calls `cell_fn` twice in it,
+  results dropped, before `probe_step` traces it.
+
+  TF1 code's layers (tf_keras's legacy layers: `tf.compat.v1.layers`,
+  `tf.compat.v1.nn.rnn_cell`) create their variables on their first call,
+  in the graph's collections, where TF1 optimizers and savers look, and
+  cache the variable scope of their first call once built, with its graph,
+  which every later call outside a function enters. Made in the probe's
+  trace, the variables were missing from the collections, and every later
+  call (the op's own one-step run, the user's) was built into the trace's
+  graph, which a Session cannot run.
+
+  Example:
+
+  >>> with tf.Graph().as_default():
+  ...   settle_in_tf1_graph(lambda theta, h, x: (h + x, []), (),
+  ...                       tf.zeros([2]), tf.ones([3, 2]))
+  """
+  if tf.executing_eagerly() or (
+      tf.compat.v1.get_default_graph().building_function):
+    return
+
+  def zeros(x):
+    step = tf.zeros(tf.shape(x)[1:], x.dtype)
+    step.set_shape(x.shape[1:])
+    return step
+
+  step_inputs = tf.nest.map_structure(zeros, inputs)
+  for _ in range(2):  # A first call builds; the second, once built, caches.
+    with seeds.seeded_step(lambda: tf.zeros([2], tf.int32), 0):
+      for leaf in tf.nest.flatten(cell_fn(theta, state0, step_inputs)):
+        if hasattr(leaf, "mark_used"):  # A TensorArray written and dropped.
+          leaf.mark_used()
+
+
 def probe_step(cell_fn: Callable[..., Any],
                cell_grad: Optional[Callable[..., Any]], theta: Any,
                state0: Any, inputs: Any, extras: Optional[Any],
