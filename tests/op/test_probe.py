@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 import tf_recurrent
+from tf_recurrent.op.probe import UntraceableStepError
 from conftest import MODES, assert_all_close, in_mode, static_unroll
 
 KINDS = ("op", "constant", "placeholder", "object_variable",
@@ -162,3 +163,83 @@ def test_the_error_names_the_closure():
     with pytest.raises(ValueError, match="my_scale.*Pass them in theta"):
       tf_recurrent.recurrent({"w": tf.constant(W)}, tf.constant(H0),
                              tf.constant(X), cell, cell_grad)
+
+
+def eager_only_reader(kind, x):
+  """`read(t) -> x[t]` as only an eager step can: eager TensorArray, Python
+  list, `.numpy()` index."""
+  if kind == "tensor_array":
+    return tf.TensorArray(x.dtype, size=x.shape[0]).unstack(x).read
+  if kind == "python_list":
+    return tf.unstack(x).__getitem__
+  return lambda t: x[int(t.numpy())]
+
+
+@pytest.mark.parametrize("kind", ["tensor_array", "python_list", "numpy"])
+def test_eager_call_names_what_only_an_eager_step_can_use(kind):
+  """Eagerly the op traces its step: reading an eager TensorArray at the
+  step's index raised OperatorNotAllowedInGraphError from deep in the trace.
+  It is an UntraceableStepError (a TypeError) saying why and what to do;
+  inside a tf.function the same cell reads graph values and runs."""
+  x = tf.constant(X)
+
+  def run():
+    read = eager_only_reader(kind, x) if tf.executing_eagerly() else (
+        lambda t: tf.gather(x, t))
+    return tf_recurrent.recurrent(
+        (), tf.constant(H0), tf.range(STEPS),
+        lambda _, h, t: (tf.tanh(h + read(t)), []))[1]
+
+  with pytest.raises(UntraceableStepError,
+                     match="(?s)only an eager one.*Pass such values through"):
+    run()
+  assert issubclass(UntraceableStepError, TypeError)
+  h = H0
+  for t in range(STEPS):
+    h = np.tanh(h + X[t])
+  np.testing.assert_allclose(tf.function(run)(), h, rtol=1e-12)
+
+
+def test_eager_call_keeps_a_step_bugs_own_error():
+  """Any other error tracing the step raises is the step's own, as is."""
+  with pytest.raises(TypeError, match="has no len") as raised:
+    tf_recurrent.recurrent((), tf.constant(H0), tf.constant(X),
+                           lambda _, h, x: (h + len(3), []))
+  assert not isinstance(raised.value, UntraceableStepError)
+
+
+@pytest.mark.parametrize("steps,built", [(0, True), (1, False), (1, True),
+                                         (2, False)])
+def test_tf1_layer_in_the_cell_lives_in_the_callers_graph(steps, built):
+  """A tf_keras legacy layer (tf.compat.v1.layers) called in cell_fn in a
+  TF1 graph: its first call in the probe's trace created its variables
+  outside the graph's collections (TF1 optimizers would not train them),
+  and the trace's graph was cached in its variable scope: the one-step run
+  (T = 1) and every later call of the layer were built into the trace
+  ("must be from the same graph"). Values and gradients equal the unroll's."""
+  from tf_keras.src.legacy_tf_layers import core  # pylint: disable=g-import-not-at-top
+  with tf.Graph().as_default() as graph:
+    dense = core.Dense(DIM, dtype=tf.float64)
+    h0, x = tf.constant(H0), tf.constant(X[:steps])
+    if built:
+      dense.build(h0.shape)
+    cell = lambda _, h, x_t: (tf.tanh(dense(h) + x_t), [])
+    acc, final = tf_recurrent.recurrent((), h0, x, cell)
+    after = dense(h0)
+    assert final.graph is graph and after.graph is graph
+    variables = tf.compat.v1.trainable_variables()
+    assert len(variables) == 2 and set(variables) == set(dense.weights)
+    want_acc, want_final = static_unroll((), h0, x, cell)
+    loss = lambda acc, final: (tf.reduce_sum(tf.sin(acc)) +
+                               tf.reduce_sum(final * final))
+    sources = [h0, x] + variables
+    grads = tf.gradients(loss(acc, final), sources,
+                         unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    want_grads = tf.gradients(
+        loss(want_acc, want_final), sources,
+        unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      got, want = session.run(((acc, final, grads),
+                               (want_acc, want_final, want_grads)))
+  assert_all_close(got, want, tol=1e-12)

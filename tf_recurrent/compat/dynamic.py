@@ -17,9 +17,11 @@ objects). Their backward pass keeps only the per-step states:
   op's captured-variable support;
 * a cell the op cannot recompute (stateful random numbers, as tf_keras's
   `DropoutWrapper` draws, or variable assignments) or whose state (or
-  `raw_rnn`'s `loop_state`) holds a TensorArray runs under ordinary
-  autodiff, as TensorFlow ran it (`_autodiff`), with one log line saying
-  that its memory saving is lost and why.
+  `raw_rnn`'s `loop_state`) holds a TensorArray, and, called eagerly, a
+  cell or `loop_fn` the op cannot trace (it reads an eager TensorArray at
+  the step's index, say), runs under ordinary autodiff, as TensorFlow ran
+  it (`_autodiff`), with one log line saying that its memory saving is lost
+  and why.
 
 `parallel_iterations` and `swap_memory` are accepted for compatibility; every
 loop here runs one step at a time (the fallback's too, so that a seeded
@@ -42,6 +44,7 @@ from tf_recurrent.op import bidirectional as bidirectional_lib
 from tf_recurrent.op import lengths as lengths_lib
 from tf_recurrent.op import masks
 from tf_recurrent.op import op
+from tf_recurrent.op import probe
 from tf_recurrent.op import structs
 
 LoopFn = Callable[[tf.Tensor, Any, Any, Any], Tuple[Any, Any, Any, Any, Any]]
@@ -382,16 +385,30 @@ def _build(cell: Any, step_shapes: Any,
   from the shapes (`TensorShape`s) of one step's inputs; an RNNCell
   object's (tf_keras's legacy cells, which create theirs on their first
   call, a MultiRNNCell's layers included) by `first_call()`, a call whose
-  results are dropped, in the variable scope TensorFlow would use."""
-  if getattr(cell, "built", True) or not callable(getattr(cell, "build",
-                                                          None)):
+  results are dropped, in the variable scope TensorFlow would use.
+
+  In a TF1 graph a tf_keras layer's first call once built is also made
+  here, in the caller's graph: the layer caches that call's variable scope,
+  with its graph, and enters that graph on every later call outside a
+  function. Made by the op's trace of one step (`op/probe.py`), it sent
+  every later call (a one-step run's, the user's own) into the trace's graph.
+  """
+  if isinstance(cell, keras.layers.Layer) or first_call is None:
+    if not getattr(cell, "built", True) and callable(getattr(cell, "build",
+                                                             None)):
+      cell.build(tf.nest.map_structure(lambda s: tuple(s.as_list()),
+                                       step_shapes))
     return
-  if first_call is not None and not isinstance(cell, keras.layers.Layer):
+  if not hasattr(cell, "built"):  # Not a layer: nothing to build or cache.
+    return
+  calls = 0 if cell.built else 1
+  if not tf.executing_eagerly() and not (
+      tf.compat.v1.get_default_graph().building_function):
+    calls += 1
+  for _ in range(calls):
     for leaf in tf.nest.flatten(first_call()):
       if hasattr(leaf, "mark_used"):  # A TensorArray written and dropped.
         leaf.mark_used()
-    return
-  cell.build(tf.nest.map_structure(lambda s: tuple(s.as_list()), step_shapes))
 
 
 def _call(cell: Any, x: Any, state: Any) -> Tuple[Any, Any]:
@@ -604,6 +621,9 @@ def _generic(cell, inputs, lengths, state0, output_dtype):
     return _on_op(cell, inputs, lengths, state0, output_dtype)
   except op.UnrecomputableStepError as e:
     return _autodiff(cell, inputs, lengths, state0, output_dtype, str(e))
+  except op.UntraceableStepError:
+    return _autodiff(cell, inputs, lengths, state0, output_dtype,
+                     _UNTRACEABLE)
 
 
 def _on_op(cell, inputs, lengths, state0, output_dtype):
@@ -652,6 +672,12 @@ def _on_op(cell, inputs, lengths, state0, output_dtype):
 
 _warned = set()
 
+# Why an eager call whose step the op cannot trace runs eagerly.
+_UNTRACEABLE = (
+    "its step reads what only an eager step can use (an eager TensorArray or "
+    "a Python list indexed by a step's tensor, say), and the op traces its "
+    "steps; it runs eagerly, as TensorFlow runs it")
+
 # The loops here run one step at a time, as the op's do: a step's random
 # draw does not wait for the state, so steps running ahead (TensorFlow's
 # default lets 32) would take a seeded stream's numbers in whatever order
@@ -677,8 +703,9 @@ def _autodiff(cell, inputs, lengths, state0, output_dtype, reason):
 
   For the cells the op cannot run with its recomputing gradient: a cell
   drawing stateful random numbers (tf_keras's `DropoutWrapper`), whose
-  draws a recomputed step would not repeat, and a cell whose state holds a
-  TensorArray. Past `sequence_length[b]` the state is copied through and
+  draws a recomputed step would not repeat, a cell whose state holds a
+  TensorArray, and, eagerly, a cell the op cannot trace (then this loop
+  runs eagerly, step by step, as TensorFlow's). Past `sequence_length[b]` the state is copied through and
   the outputs are zeros; a state leaf without a batch axis (or a
   TensorArray) advances while any example runs, as in TensorFlow.
   """
@@ -802,17 +829,26 @@ def _raw(cell, loop_fn):
     return _raw_autodiff(cell, start, step, emit0, has_loop_state,
                          "its loop_state holds a TensorArray, which the op's "
                          "per-step states cannot keep")
+
+  def cell_fn(theta, s, x):
+    del theta, x
+    return step(s), []
+
+  if tf.executing_eagerly():
+    # Whether the op can trace the step, asked before the counting loop
+    # runs loop_fn eagerly: an eager TensorArray it reads is cleared after
+    # each read, so only one loop may read it.
+    try:
+      probe.probe_step(cell_fn, None, {}, start, tf.range(1), None)
+    except op.UntraceableStepError:
+      return _raw_autodiff(cell, start, step, emit0, has_loop_state,
+                           _UNTRACEABLE)
   # No maximum is given: count the steps on a forward-only loop first.
   counted = tf.while_loop(
       lambda s: tf.logical_not(tf.reduce_all(s["finished"])), lambda s: (
           step(s),), (tf.nest.map_structure(tf.stop_gradient, start),),
       parallel_iterations=_ONE_BY_ONE)
   num_steps = tf.stop_gradient(counted[0]["time"])
-
-  def cell_fn(theta, s, x):
-    del theta, x
-    return step(s), []
-
   per_step = tf.nest.map_structure(lambda _: False, start)
   per_step["emit"] = tf.nest.map_structure(lambda _: True, emit0)
   try:

@@ -25,6 +25,8 @@ from tf_recurrent.op import step_clusters
 from tf_recurrent.op import structs
 from tf_recurrent.op import tracing
 
+UntraceableStepError = probe_lib.UntraceableStepError
+
 CellFn = Callable[[Any, Any, Any], Tuple[Any, Any]]
 CellGrad = Callable[[Any, Any, Any, Any, Any], Tuple[Any, Any, Any]]
 StopFn = Callable[[tf.Tensor, Any, Any], tf.Tensor]
@@ -151,7 +153,9 @@ def recurrent(theta: Any,
 
   Raises:
     TypeError: If `cell_fn`, `cell_grad` or `stop_fn` is not callable, or a
-      leaf is not convertible to a tensor.
+      leaf is not convertible to a tensor; called eagerly,
+      `UntraceableStepError` if the step uses a tensor as only an eager one
+      can be used (an eager TensorArray read at a tensor index, say).
     ValueError: If inputs disagree on T or have rank 0, if `cell_fn` or
       `cell_grad` return structures, dtypes or shapes unlike their arguments
       (naming the leaf), if `stop_fn` returns anything but a scalar bool, if
@@ -241,6 +245,7 @@ def _recurrent(theta, state0, inputs, cell_fn, cell_grad, extras,
           f"seed must be an int32 or int64 tensor of shape [2]; got "
           f"{structs.describe(seed)}.")
 
+  probe_lib.settle_in_tf1_graph(cell_fn, theta, state0, inputs)
   step = probe_lib.probe_step(cell_fn, cell_grad, theta, state0, inputs,
                               extras, stop_fn)
   _check_gradient_is_computable(step, cell_grad)

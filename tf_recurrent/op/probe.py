@@ -10,7 +10,10 @@ to the caller's graph) tells the op, in one place:
 * which trainable variables and outer tensors `cell_fn` closes over (they
   need gradients too), and whether it asks for `step_seed()`;
 * whether it draws from a stateful random op, which a recomputing gradient
-  could not reproduce.
+  could not reproduce;
+* called eagerly, whether the step can be traced at all: what only an eager
+  step can use (an eager TensorArray read at the step's index, say) raises
+  `UntraceableStepError`.
 """
 
 import dataclasses
@@ -42,6 +45,26 @@ _VARIABLE_WRITES = frozenset({
 
 # Stateful op types the traced step holds whatever the cell does.
 _BOOKKEEPING = frozenset({"Placeholder", "NoOp"})
+
+
+class UntraceableStepError(TypeError):
+  """Called eagerly, the step uses a tensor as only an eager one can be used
+  (an eager TensorArray read at the step's index, say), and the op's eager
+  call traces it (its loops run as one traced function). A TypeError, as
+  most tracing errors it replaces; `tf_recurrent.dynamic_rnn` and `raw_rnn`
+  catch it to run such a cell or `loop_fn` eagerly, as TensorFlow does."""
+
+
+def _is_eager_only(error: Exception) -> bool:
+  """Whether tracing failed where the step used a tensor as only an eager
+  one can be used: a symbolic tensor cannot index a Python list or an eager
+  TensorArray, be a Python bool or int, give `.numpy()`, or reach an eager
+  op."""
+  if isinstance(error, tf.errors.OperatorNotAllowedInGraphError):
+    return True
+  message = str(error)
+  return isinstance(error, (TypeError, AttributeError)) and (
+      "SymbolicTensor" in message or '"Graph" tensor' in message)
 
 
 def _describe_op(op: tf.Operation) -> str:
@@ -144,6 +167,43 @@ def _check_stop_output(output: Any):
         f"with tf.reduce_all); got {structs.describe(output)}.")
 
 
+def settle_in_tf1_graph(cell_fn: Callable[..., Any], theta: Any,
+                        state0: Any, inputs: Any) -> None:
+  """In a TF1 graph (outside any function), calls `cell_fn` twice in it,
+  results dropped, before `probe_step` traces it.
+
+  TF1 code's layers (tf_keras's legacy layers: `tf.compat.v1.layers`,
+  `tf.compat.v1.nn.rnn_cell`) create their variables on their first call,
+  in the graph's collections, where TF1 optimizers and savers look, and
+  cache the variable scope of their first call once built, with its graph,
+  which every later call outside a function enters. Made in the probe's
+  trace, the variables were missing from the collections, and every later
+  call (the op's own one-step run, the user's) was built into the trace's
+  graph, which a Session cannot run.
+
+  Example:
+
+  >>> with tf.Graph().as_default():
+  ...   settle_in_tf1_graph(lambda theta, h, x: (h + x, []), (),
+  ...                       tf.zeros([2]), tf.ones([3, 2]))
+  """
+  if tf.executing_eagerly() or (
+      tf.compat.v1.get_default_graph().building_function):
+    return
+
+  def zeros(x):
+    step = tf.zeros(tf.shape(x)[1:], x.dtype)
+    step.set_shape(x.shape[1:])
+    return step
+
+  step_inputs = tf.nest.map_structure(zeros, inputs)
+  for _ in range(2):  # A first call builds; the second, once built, caches.
+    with seeds.seeded_step(lambda: tf.zeros([2], tf.int32), 0):
+      for leaf in tf.nest.flatten(cell_fn(theta, state0, step_inputs)):
+        if hasattr(leaf, "mark_used"):  # A TensorArray written and dropped.
+          leaf.mark_used()
+
+
 def probe_step(cell_fn: Callable[..., Any],
                cell_grad: Optional[Callable[..., Any]], theta: Any,
                state0: Any, inputs: Any, extras: Optional[Any],
@@ -166,6 +226,8 @@ def probe_step(cell_fn: Callable[..., Any],
     ValueError: If `cell_fn` or `cell_grad` return values unlike the
       arguments they mirror, naming the leaf at fault, or `stop_fn` returns
       anything but a scalar bool.
+    UntraceableStepError: Called eagerly, if tracing the step fails where it
+      uses a tensor as only an eager one can be used.
   """
   specs = tf.nest.map_structure(_spec, (theta, state0))
   input_specs = tf.nest.map_structure(
@@ -192,8 +254,22 @@ def probe_step(cell_fn: Callable[..., Any],
           theta_, state0_, inputs_t)
     return step_extras
 
-  traced = tf.function(one_step, autograph=False).get_concrete_function(
-      specs[0], specs[1], input_specs)
+  eager = tf.executing_eagerly()
+  try:
+    traced = tf.function(one_step, autograph=False).get_concrete_function(
+        specs[0], specs[1], input_specs)
+  except (TypeError, AttributeError) as e:
+    if not eager or not _is_eager_only(e):
+      raise
+    raise UntraceableStepError(
+        "The step (cell_fn, stop_fn, cell_grad) uses a tensor as only an "
+        "eager one can be used, and the op traces its step even when called "
+        f"eagerly (its loops run as one tf.function): {type(e).__name__}: "
+        f"{e}\nAn eager TensorArray or a Python list indexed by a tensor of "
+        "the step, a tensor used as a Python bool or int, or `.numpy()`, "
+        "runs only eagerly. Pass such values through `inputs` or `theta` (a "
+        "TensorArray's stacked tensor), use tf.cond or tf.gather, or call "
+        "the op inside a tf.function, where they are graph values.") from e
   step_extras = tf.nest.map_structure(
       _spec, traced.structured_outputs)
   if extras is not None:
