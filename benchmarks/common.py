@@ -78,6 +78,16 @@ def peak_rss_of_child(module: str, args: List[str],
   return int(lines[0].split()[1])
 
 
+def memory_at_hand() -> int:
+  """The bytes this process's steps may take: its resident memory (which
+  they reuse) and the memory available."""
+  def kb(path, key):
+    with open(path) as f:
+      return next(int(l.split()[1]) for l in f if l.startswith(key))
+  return (kb("/proc/meminfo", "MemAvailable:") +
+          kb("/proc/self/status", "VmRSS:")) * 1024
+
+
 def print_result(result: Any) -> None:
   """A child's last word: `result` as one JSON line for `json_of_child`."""
   print(RESULT_PREFIX + json.dumps(result), flush=True)
