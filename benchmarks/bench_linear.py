@@ -61,7 +61,6 @@ renders LINEAR.md there from every linear*.json and char_lm.json present
 """
 
 import gc
-import math
 import sys
 import time
 from typing import Callable, Dict, List, Optional
@@ -70,12 +69,14 @@ from absl import app
 from absl import flags
 
 from benchmarks import linear_report
+from benchmarks import linear_steps
 from benchmarks.common import cpu_model
 from benchmarks.common import environment
 from benchmarks.common import interleaved_medians
 from benchmarks.common import load_note
 from benchmarks.common import memory_at_hand
 from benchmarks.common import peak_rss_slope
+from benchmarks.common import predicted_seconds
 from benchmarks.common import run_child
 
 FLAGS = flags.FLAGS
@@ -116,126 +117,25 @@ flags.DEFINE_string("out_dir", linear_report.DEFAULT_DIR,
                     "Where to write the results.")
 flags.DEFINE_string("child", "", "Internal: measure one case and exit.")
 
-LINEAR, LSTM = linear_report.LINEAR, linear_report.LSTM
-FLOORS = [name.split(".")[1] + linear_report.FLOOR_SUFFIX for name in LINEAR]
-RNNS = [LSTM, "tf_recurrent.GRU", "keras.layers.LSTM", "keras.layers.GRU"]
-JAX = ["jax minGRU lax.scan", "jax minGRU lax.associative_scan"]
-TF_ROWS = LINEAR + FLOORS + RNNS
+LINEAR, LSTM, FLOORS, JAX, SWEPT = (
+    linear_steps.LINEAR, linear_steps.LSTM, linear_steps.FLOORS,
+    linear_steps.JAX, linear_steps.SWEPT)
 # What --quick changes (about 5 minutes on a quiet 2-core machine).
 QUICK = {"lengths": ["256", "1024"], "memory_lengths": ["256", "1024"],
          "memory_rows": LINEAR + [LSTM]}
-# The floor's stand-in for the carried state: one multiply-add per step.
-FLOOR_STATE = 0.5
-
-
-def _chunk_size(value: str):
-  return value if value == "auto" else int(value)
-
-
-def _layer(name: str, units: int, chunk_size="auto"):
-  """A fresh layer of row `name` (a linear layer or an LSTM/GRU), returning
-  every step's output."""
-  import keras  # pylint: disable=g-import-not-at-top
-  import tf_recurrent  # pylint: disable=g-import-not-at-top
-  module, cls = name.rsplit(".", 1)
-  if name in LINEAR:
-    return getattr(tf_recurrent, cls)(units, return_sequences=True,
-                                      chunk_size=chunk_size)
-  if module == "tf_recurrent":
-    return getattr(tf_recurrent, cls)(units, return_sequences=True)
-  return getattr(keras.layers, cls)(units, return_sequences=True,
-                                    use_cudnn=False)
-
-
-def tf_step(name: str, steps: int, jit: bool, batch: int, units: int,
-            chunk_size="auto") -> Callable[[], object]:
-  """One TensorFlow training step of row `name` at T=`steps`."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  x = tf.random.stateless_normal((batch, steps, units), seed=[1, 2])
-  if name in FLOORS:
-    layer = _layer(LINEAR[FLOORS.index(name)], units)
-    layer.build(x.shape)
-    cell = layer.cell
-    weights = cell.trainable_weights
-
-    def outputs():
-      a, b = type(cell).gate_function(x, *cell.gate_weights())
-      return FLOOR_STATE * a + b
-  else:
-    layer = _layer(name, units, chunk_size)
-    layer.build(x.shape)
-    weights = layer.trainable_weights
-
-    def outputs():
-      return layer(x)
-
-  @tf.function(jit_compile=jit)
-  def step():
-    with tf.GradientTape() as tape:
-      loss = tf.reduce_mean(tf.square(outputs()))
-    return tape.gradient(loss, weights)
-
-  return lambda: [g.numpy() for g in step()]
-
-
-def jax_min_gru_loss(kernel, bias, x, associative: bool):
-  """The minGRU of `tf_recurrent.MinGRU` in JAX: x `[B, T, D]`, kernel
-  `[D, 2H]` (z's columns, then h~'s), bias `[2H]`, h_0 = g(0) = 0.5; the
-  mean square of every h_t.
-
-  Its gates run over the whole sequence, then `lax.scan` (one step at a
-  time) or `lax.associative_scan` over (a_t, b_t), composed as
-  (a1, b1) . (a2, b2) = (a1 a2, a2 b1 + b2).
-  """
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  k_z, k_h = jnp.split(x @ kernel + bias, 2, axis=-1)
-  g = jnp.where(k_h >= 0, k_h + 0.5, jax.nn.sigmoid(k_h))
-  a, b = jax.nn.sigmoid(-k_z), jax.nn.sigmoid(k_z) * g
-  h0 = jnp.full(a.shape[:1] + a.shape[2:], 0.5, a.dtype)
-  if associative:
-    b = b.at[:, 0].add(a[:, 0] * h0)
-
-    def compose(first, second):
-      (a1, b1), (a2, b2) = first, second
-      return a1 * a2, a2 * b1 + b2
-
-    _, h = jax.lax.associative_scan(compose, (a, b), axis=1)
-  else:
-    def step(h, ab):
-      h = ab[0] * h + ab[1]
-      return h, h
-
-    _, h = jax.lax.scan(step, h0, (jnp.swapaxes(a, 0, 1),
-                                   jnp.swapaxes(b, 0, 1)))
-  return jnp.mean(jnp.square(h))
-
-
-def jax_step(name: str, steps: int, batch: int,
-             units: int) -> Callable[[], object]:
-  """One jitted JAX training step of row `name`."""
-  import jax  # pylint: disable=g-import-not-at-top
-  k1, k2 = jax.random.split(jax.random.PRNGKey(0))
-  kernel = jax.random.normal(k1, (units, 2 * units)) * units**-0.5
-  bias = jax.numpy.zeros(2 * units)
-  x = jax.random.normal(k2, (batch, steps, units))
-  associative = name.endswith("associative_scan")
-  grad = jax.jit(jax.grad(
-      lambda k, b: jax_min_gru_loss(k, b, x, associative), argnums=(0, 1)))
-  return lambda: [g.block_until_ready() for g in grad(kernel, bias)]
 
 
 def build_step(name: str, steps: int, jit: bool) -> Callable[[], object]:
   """Row `name`'s training step at T=`steps` (JAX rows are always jit)."""
   if name in JAX:
-    return jax_step(name, steps, FLAGS.batch, FLAGS.hidden)
-  return tf_step(name, steps, jit, FLAGS.batch, FLAGS.hidden,
-                 _chunk_size(FLAGS.chunk_size))
+    return linear_steps.jax_step(name, steps, FLAGS.batch, FLAGS.hidden)
+  return linear_steps.tf_step(name, steps, jit, FLAGS.batch, FLAGS.hidden,
+                              linear_steps.chunk_size_of(FLAGS.chunk_size))
 
 
 def rows_of_mode(jit: bool) -> List[str]:
   """The rows of one mode, in report order: JAX with XLA, when installed."""
-  names = list(TF_ROWS)
+  names = list(linear_steps.TF_ROWS)
   if jit:
     try:
       import jax  # pylint: disable=g-import-not-at-top,unused-import
@@ -275,32 +175,6 @@ class Row:
     return {"name": self.name, "xla": self.jit,
             "us_per_step": self.us_per_step, "skipped": self.skipped,
             "memory": self.memory, "first_call_seconds": self.first_call}
-
-
-def predicted_seconds(seconds: Dict[int, float],
-                      steps: int) -> Optional[float]:
-  """One step's seconds at `steps` from `seconds` (one step's, by length):
-  the last length's time scaled by the lengths, and by the growth of the
-  time per step between the last two lengths, extrapolated as a power of
-  the length (none if it fell); None without a timed length.
-
-  Example:
-
-  >>> predicted_seconds({100: 1.0}, 400)   # One length: linear.
-  4.0
-  >>> predicted_seconds({100: 1.0, 200: 4.0}, 400)   # Quadratic.
-  16.0
-  """
-  timed = sorted(seconds)
-  if not timed:
-    return None
-  last = timed[-1]
-  growth = 1.0
-  if len(timed) > 1:
-    before = timed[-2]
-    growth = max(1.0, (seconds[last] / last) / (seconds[before] / before))
-    growth **= math.log(steps / last) / math.log(last / before)
-  return seconds[last] * steps / last * growth
 
 
 def _predicted_peak(row: Row, steps: int) -> Optional[float]:
@@ -428,39 +302,14 @@ def run_mode(jit: bool, lengths: List[int]) -> List[Row]:
   return rows
 
 
-def sweep_step(name: str, steps: int, jit: bool,
-               chunk: int) -> Callable[[], object]:
-  """The sweep's steps: MinGRU's training step, or linear_scan's (random
-  decays in (0, 1) and inputs; gradients of a and b, summed)."""
-  if name == "tf_recurrent.MinGRU":
-    return tf_step(name, steps, jit, FLAGS.batch, FLAGS.hidden, chunk)
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import tf_recurrent  # pylint: disable=g-import-not-at-top
-  shape = (FLAGS.batch, steps, FLAGS.hidden)
-  a = tf.sigmoid(tf.random.stateless_normal(shape, seed=[3, 4]) + 2.0)
-  b = tf.random.stateless_normal(shape, seed=[5, 6])
-
-  @tf.function(jit_compile=jit)
-  def step():
-    with tf.GradientTape() as tape:
-      tape.watch([a, b])
-      h, _ = tf_recurrent.linear_scan(a, b, chunk_size=chunk)
-      loss = tf.reduce_mean(tf.square(h))
-    return [tf.reduce_sum(g) for g in tape.gradient(loss, [a, b])]
-
-  return lambda: [g.numpy() for g in step()]
-
-
-SWEPT = ["tf_recurrent.MinGRU", "tf_recurrent.linear_scan"]
-
-
 def sweep(modes: List[bool]) -> dict:
   """Microseconds per step of each swept scan at each chunk size."""
   chunks = [int(c) for c in FLAGS.chunk_sizes]
   rows = []
   for jit in modes:
     for steps in [int(t) for t in FLAGS.sweep_lengths]:
-      built = {(name, chunk): sweep_step(name, steps, jit, chunk)
+      built = {(name, chunk): linear_steps.sweep_step(
+          name, steps, jit, FLAGS.batch, FLAGS.hidden, chunk)
                for name in SWEPT for chunk in chunks}
       medians = interleaved_medians(
           {f"{n} chunk={c}": step for (n, c), step in built.items()},
