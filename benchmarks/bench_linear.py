@@ -27,18 +27,19 @@ Without XLA and with `jit_compile=True`. Reported:
   predicted to take longer than --max_row_seconds over the warm-up and the
   rounds (its time there, scaled by the lengths and by the growth of its
   time per step between the last two lengths: autodiff under XLA grows
-  faster than T), or to need more memory than the machine has (its peak
-  extrapolated from its memory slope); the reason is recorded;
-* memory: the peak RSS of one step at two lengths, each in a fresh process
-  (start-up and compile costs cancel), and the slope between them: the
-  bytes each extra step costs, also as a multiple of one state `[B, H]`
-  (an LSTM's state is two). What the harness itself keeps per step: the
-  inputs x (D = H), the outputs and their gradient: 3 states. A row whose
-  step at the longer length would take too long is measured at
-  --short_memory_lengths; the floors' memory is not measured (unless
-  --memory_rows names them). The slopes are measured before the first
+  faster than T; the linear layers are timed at every length), or to need
+  more memory than the machine has (its peak extrapolated from its memory
+  slope); the reason is recorded;
+* memory: the peak RSS of one step at two lengths (--memory_lengths),
+  each in a fresh process (start-up and compile costs cancel), and the
+  slope between them: the bytes each extra step costs, also as a multiple
+  of one state `[B, H]` (an LSTM's state is two). What the harness itself
+  keeps per step: the inputs x (D = H), the outputs and their gradient: 3
+  states. Measured for the linear layers, the LSTM layers and JAX's rows
+  (--memory_rows; bench_lstm measures the GRU layers'), before the first
   length past --memory_lengths is timed: a row whose peak, extrapolated,
-  would not fit in memory is skipped there.
+  would not fit in memory is skipped there. A row whose step at the
+  longer length would take too long is measured at --short_memory_lengths.
 
 The floors are timed up to --floor_max_length (4096): the targets compare
 with them at 1024 and 4096, and the run stays within its budget.
@@ -80,6 +81,11 @@ from benchmarks.common import predicted_seconds
 from benchmarks.common import run_child
 
 FLAGS = flags.FLAGS
+# The rows whose memory the full run measures (both modes): bench_lstm
+# measures the GRU layers' (RESULTS.md); the floors' is autodiff's of their
+# gates.
+MEMORY_ROWS = (linear_steps.LINEAR + ["tf_recurrent.LSTM",
+                                      "keras.layers.LSTM"] + linear_steps.JAX)
 flags.DEFINE_list("lengths", ["256", "1024", "4096", "16384"],
                   "Sequence lengths T.")
 flags.DEFINE_integer("batch", 32, "Batch size B.")
@@ -93,9 +99,8 @@ flags.DEFINE_list("memory_lengths", ["512", "2048"],
 flags.DEFINE_list("short_memory_lengths", ["64", "256"],
                   "The memory slope's lengths for a row too slow at the "
                   "longer of --memory_lengths (as --max_row_seconds says).")
-flags.DEFINE_list("memory_rows", [],
-                  "The rows whose memory is measured (both modes); empty: "
-                  "all but the floors.")
+flags.DEFINE_list("memory_rows", MEMORY_ROWS,
+                  "The rows whose memory is measured (both modes).")
 flags.DEFINE_bool("memory", True, "Measure the memory slopes.")
 flags.DEFINE_integer("floor_max_length", 4096,
                      "Time the floors up to this length (the targets compare "
@@ -187,7 +192,10 @@ def _predicted_peak(row: Row, steps: int) -> Optional[float]:
 
 def too_slow(row: Row, steps: int) -> Optional[str]:
   """Why one step of `row` at `steps` would take too long (None: it would
-  not): its warm-up and rounds predicted over --max_row_seconds."""
+  not): its warm-up and rounds predicted over --max_row_seconds. The linear
+  layers, the run's subject, are never too slow."""
+  if row.name in LINEAR:
+    return None
   seconds = predicted_seconds(row.seconds, steps)
   runs = 1 + FLAGS.rounds
   if seconds is None or seconds * runs <= FLAGS.max_row_seconds:
@@ -264,14 +272,9 @@ def memory_lengths_of(row: Row) -> Optional[List[int]]:
   return None
 
 
-def measures_memory(name: str) -> bool:
-  return (name in FLAGS.memory_rows if FLAGS.memory_rows else
-          name not in FLOORS)
-
-
 def measure_memory(rows: List[Row]) -> None:
   for row in rows:
-    if not measures_memory(row.name):
+    if row.name not in FLAGS.memory_rows:
       continue
     lengths = memory_lengths_of(row)
     if lengths is None:
