@@ -30,7 +30,7 @@ BLOCKS = [(page, index, code)
 # The pages on which code is the subject; the others (benchmarks, training
 # jobs) give commands to run.
 PAGES_WITH_EXAMPLES = ["docs/op.md", "docs/keras.md", "docs/migrating.md",
-                       "docs/export.md", "docs/seq2seq.md"]
+                       "docs/export.md", "docs/seq2seq.md", "docs/linear.md"]
 
 
 def test_readme_has_examples():
