@@ -112,9 +112,11 @@ def jax_step(name: str, steps: int, batch: int,
   bias = jax.numpy.zeros(2 * units)
   x = jax.random.normal(k2, (batch, steps, units))
   associative = name.endswith("associative_scan")
+  # x an argument, not a constant folded into the compiled program.
   grad = jax.jit(jax.grad(
-      lambda k, b: jax_min_gru_loss(k, b, x, associative), argnums=(0, 1)))
-  return lambda: [g.block_until_ready() for g in grad(kernel, bias)]
+      lambda k, b, x: jax_min_gru_loss(k, b, x, associative),
+      argnums=(0, 1)))
+  return lambda: [g.block_until_ready() for g in grad(kernel, bias, x)]
 
 
 def sweep_step(name: str, steps: int, jit: bool, batch: int, units: int,
@@ -138,7 +140,6 @@ def sweep_step(name: str, steps: int, jit: bool, batch: int, units: int,
     return [tf.reduce_sum(g) for g in tape.gradient(loss, [a, b])]
 
   return lambda: [g.numpy() for g in step()]
-
 
 
 SWEPT = ["tf_recurrent.MinGRU", "tf_recurrent.linear_scan"]
