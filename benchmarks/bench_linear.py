@@ -336,6 +336,7 @@ def main(argv):
   if FLAGS.child:
     run_child(build_step, FLAGS.child)
     return
+  started = time.perf_counter()
   if FLAGS.quick:
     for name, value in QUICK.items():
       if not FLAGS[name].present:
@@ -351,7 +352,7 @@ def main(argv):
              "rounds": FLAGS.rounds, "auto_chunk": chunks.AUTO_CHUNK,
              "chunk_size": FLAGS.chunk_size, "state_bytes": _state_bytes()}
   if FLAGS.sweep_chunk:
-    results.update(sweep(modes))
+    results.update(sweep(modes), wall_seconds=time.perf_counter() - started)
     linear_report.write(FLAGS.out_dir, linear_report.CHUNKS, results)
     return
   lengths = sorted(int(t) for t in FLAGS.lengths)
@@ -360,7 +361,8 @@ def main(argv):
     rows += [row.to_json() for row in run_mode(jit, lengths)]
   results.update(lengths=lengths, rows=rows,
                  memory_lengths=[int(t) for t in FLAGS.memory_lengths],
-                 max_row_seconds=FLAGS.max_row_seconds)
+                 max_row_seconds=FLAGS.max_row_seconds,
+                 wall_seconds=time.perf_counter() - started)
   linear_report.write(FLAGS.out_dir, linear_report.STEP, results)
 
 

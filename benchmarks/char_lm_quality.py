@@ -141,6 +141,7 @@ def main(argv):
   if FLAGS.steps % FLAGS.steps_per_call:
     raise app.UsageError(f"--steps={FLAGS.steps} must be a multiple of "
                          f"--steps_per_call={FLAGS.steps_per_call}")
+  started = time.perf_counter()
   print(f"{load_note()}", flush=True)
   train_data, held_out = train_char_lm.split_corpus(
       train_char_lm.read_corpus(FLAGS.corpus, FLAGS.corpus_bytes))
@@ -181,7 +182,7 @@ def main(argv):
       "steps_per_call": FLAGS.steps_per_call,
       "eval_windows": FLAGS.eval_windows, "steps": FLAGS.steps,
       "seconds": FLAGS.seconds, "parameters_target": lstm_parameters,
-      "cells": cells}
+      "cells": cells, "wall_seconds": time.perf_counter() - started}
   linear_report.write(FLAGS.out_dir, linear_report.CHAR_LM, results)
 
 

@@ -27,6 +27,9 @@ TARGET_LENGTHS = (1024, 4096)
 def write(out_dir: str, name: str, results: dict) -> None:
   """Writes `results` as `<name>.json` into `out_dir` (made if missing) and
   renders LINEAR.md there."""
+  if "wall_seconds" in results:
+    print(f"the run took {results['wall_seconds'] / 60:.1f} minutes",
+          flush=True)
   os.makedirs(out_dir, exist_ok=True)
   with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
     json.dump(results, f, indent=1)
@@ -66,9 +69,11 @@ def _environment(results: dict) -> str:
   env = results["environment"]
   jax = f", JAX {env['jax']}" if "jax" in env else ""
   flags = f" ({env['cpu_flags']})" if env.get("cpu_flags") else ""
-  return (f"`{results['command']}` on {env['cpu']}{flags}, TensorFlow "
-          f"{env['tensorflow']}, Keras {env['keras']}{jax}, Python "
-          f"{env['python']}; at the start, {results['load']}")
+  took = (f", {results['wall_seconds'] / 60:.1f} minutes"
+          if "wall_seconds" in results else "")
+  return (f"`{results['command']}`{took} on {env['cpu']}{flags}, "
+          f"TensorFlow {env['tensorflow']}, Keras {env['keras']}{jax}, "
+          f"Python {env['python']}; at the start, {results['load']}")
 
 
 def _find(rows, name, xla) -> Optional[dict]:

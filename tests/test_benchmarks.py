@@ -441,3 +441,29 @@ def test_jax_min_gru_is_the_layers_min_gru():
     for got, expected in zip([got_loss, *got_grads], want):
       np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-5,
                                  atol=1e-6)
+
+
+def test_linear_report_judges_the_targets():
+  """LINEAR.md's verdicts from made-up figures: a speed-up of 3.0x and 2.0x
+  misses 2.5x at both lengths; 1.2x and 1.4x the floor is within 1.4x;
+  per-step times 100 to 125 are not flat within 20%; a slope of 3.5 states
+  is 0.5 beyond the harness's 3."""
+  from benchmarks import linear_report  # pylint: disable=g-import-not-at-top
+
+  def row(name, times, memory=None):
+    return {"name": name, "xla": False, "skipped": {}, "memory": memory,
+            "us_per_step": {str(t): v for t, v in times.items()}}
+
+  results = {"lengths": [1024, 4096], "rows": [
+      row("tf_recurrent.MinGRU", {1024: 100.0, 4096: 125.0},
+          {"vs_state": 3.5}),
+      row("MinGRU floor (gates only)", {1024: 100 / 1.2, 4096: 125 / 1.4}),
+      row("tf_recurrent.LSTM", {1024: 300.0, 4096: 250.0})]}
+  (line,) = [l for l in linear_report.target_lines(results)
+             if l.startswith("- ")]
+  assert line == (
+      "- tf_recurrent.MinGRU, TF: speed-up >= 2.5x tf_recurrent.LSTM at "
+      "T=1024, T=4096: missed (3.00x, 2.00x); within 1.4x the floor at "
+      "T=1024, T=4096: met (1.20x, 1.40x); per-step time flat within 20% "
+      "over T=1024,4096: missed (1.25); memory <= 1 state beyond the "
+      "harness: met (0.50).")
