@@ -34,9 +34,12 @@ Without XLA and with `jit_compile=True`. Reported:
   each in a fresh process (start-up and compile costs cancel), and the
   slope between them: the bytes each extra step costs, also as a multiple
   of one state `[B, H]` (an LSTM's state is two). What the harness itself
-  keeps per step: the inputs x (D = H), the outputs and their gradient: 3
-  states. Measured for the linear layers, the LSTM layers and JAX's rows
-  (--memory_rows; bench_lstm measures the GRU layers'), before the first
+  keeps per step (the inputs x, D = H, the outputs, the loss's gradient)
+  is the slope of its own memory-only row, `harness (outputs = w x)`: the
+  same step around a layer that multiplies its inputs by one weight; the
+  report gives each row's slope beyond it. Measured for the harness, the
+  linear layers, the LSTM layers and JAX's rows (--memory_rows;
+  bench_lstm measures the GRU layers'), before the first
   length past --memory_lengths is timed: a row whose peak, extrapolated,
   would not fit in memory is skipped there. A row whose step at the
   longer length would take too long is measured at --short_memory_lengths.
@@ -84,8 +87,8 @@ FLAGS = flags.FLAGS
 # The rows whose memory the full run measures (both modes): bench_lstm
 # measures the GRU layers' (RESULTS.md); the floors' is autodiff's of their
 # gates.
-MEMORY_ROWS = (linear_steps.LINEAR + ["tf_recurrent.LSTM",
-                                      "keras.layers.LSTM"] + linear_steps.JAX)
+MEMORY_ROWS = ([linear_steps.HARNESS] + linear_steps.LINEAR +
+               ["tf_recurrent.LSTM", "keras.layers.LSTM"] + linear_steps.JAX)
 flags.DEFINE_list("lengths", ["256", "1024", "4096", "16384"],
                   "Sequence lengths T.")
 flags.DEFINE_integer("batch", 32, "Batch size B.")
@@ -127,7 +130,7 @@ LINEAR, LSTM, FLOORS, JAX, SWEPT = (
     linear_steps.JAX, linear_steps.SWEPT)
 # What --quick changes (about 5 minutes on a quiet 2-core machine).
 QUICK = {"lengths": ["256", "1024"], "memory_lengths": ["256", "1024"],
-         "memory_rows": LINEAR + [LSTM]}
+         "memory_rows": [linear_steps.HARNESS] + LINEAR + [LSTM]}
 
 
 def build_step(name: str, steps: int, jit: bool) -> Callable[[], object]:
@@ -272,7 +275,11 @@ def memory_lengths_of(row: Row) -> Optional[List[int]]:
   return None
 
 
-def measure_memory(rows: List[Row]) -> None:
+def measure_memory(rows: List[Row], jit: bool) -> None:
+  """The memory slopes of the rows --memory_rows names; the harness's row
+  (memory only) joins `rows` first if named."""
+  if linear_steps.HARNESS in FLAGS.memory_rows:
+    rows.insert(0, Row(linear_steps.HARNESS, jit))
   for row in rows:
     if row.name not in FLAGS.memory_rows:
       continue
@@ -297,11 +304,11 @@ def run_mode(jit: bool, lengths: List[int]) -> List[Row]:
   longest = int(FLAGS.memory_lengths[1])
   for steps in lengths:
     if not measured and steps > longest:
-      measure_memory(rows)
+      measure_memory(rows, jit)
       measured = True
     time_length(rows, steps)
   if not measured:
-    measure_memory(rows)
+    measure_memory(rows, jit)
   return rows
 
 

@@ -14,6 +14,7 @@ LINEAR, LSTM = linear_report.LINEAR, linear_report.LSTM
 FLOORS = [name.split(".")[1] + linear_report.FLOOR_SUFFIX for name in LINEAR]
 RNNS = [LSTM, "tf_recurrent.GRU", "keras.layers.LSTM", "keras.layers.GRU"]
 JAX = ["jax minGRU lax.scan", "jax minGRU lax.associative_scan"]
+HARNESS = linear_report.HARNESS
 TF_ROWS = LINEAR + FLOORS + RNNS
 # The floor's stand-in for the carried state: one multiply-add per step.
 FLOOR_STATE = 0.5
@@ -44,7 +45,13 @@ def tf_step(name: str, steps: int, jit: bool, batch: int, units: int,
   """One TensorFlow training step of row `name` at T=`steps`."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   x = tf.random.stateless_normal((batch, steps, units), seed=[1, 2])
-  if name in FLOORS:
+  if name == HARNESS:
+    w = tf.Variable(tf.ones([units]))
+    weights = [w]
+
+    def outputs():
+      return x * w
+  elif name in FLOORS:
     layer = _layer(LINEAR[FLOORS.index(name)], units)
     layer.build(x.shape)
     cell = layer.cell

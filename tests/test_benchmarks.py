@@ -364,20 +364,24 @@ def test_linear_benchmark_smoke(tmp_path):
       [sys.executable, "-m", "benchmarks.bench_linear", "--lengths=8,16",
        "--batch=2", "--hidden=4", "--rounds=1", "--memory_lengths=8,16",
        "--floor_max_length=8", f"--only={','.join(LINEAR_ROWS)}",
-       "--memory_rows=tf_recurrent.MinGRU", f"--out_dir={tmp_path}"],
+       "--memory_rows=tf_recurrent.MinGRU,harness (outputs = w x)",
+       f"--out_dir={tmp_path}"],
       capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   results = json.loads((tmp_path / "linear.json").read_text())
   assert results["environment"]["cpu"] in proc.stdout  # lscpu's model.
-  want = [(n, False) for n in LINEAR_ROWS[:3]] + [(n, True) for n in (
-      LINEAR_ROWS if has_jax else LINEAR_ROWS[:3])]
+  harness = "harness (outputs = w x)"  # Memory only, first.
+  want = [(n, False) for n in [harness] + LINEAR_ROWS[:3]] + [
+      (n, True) for n in [harness] + (LINEAR_ROWS if has_jax else
+                                      LINEAR_ROWS[:3])]
   assert [(r["name"], r["xla"]) for r in results["rows"]] == want
   for row in results["rows"]:
     floor = row["name"].endswith("floor (gates only)")
-    assert list(row["us_per_step"]) == (["8"] if floor else ["8", "16"])
+    timed = [] if row["name"] == harness else ["8"] if floor else ["8", "16"]
+    assert list(row["us_per_step"]) == timed
     assert all(v > 0 for v in row["us_per_step"].values())
     assert list(row["skipped"]) == (["16"] if floor else [])
-    if row["name"] == "tf_recurrent.MinGRU":
+    if row["name"] in ("tf_recurrent.MinGRU", harness):
       assert row["memory"]["lengths"] == [8, 16]
       assert None not in row["memory"]["peaks"]
       assert row["memory"]["vs_state"] is not None
@@ -396,6 +400,10 @@ def test_linear_benchmark_smoke(tmp_path):
   assert all(set(r["us_per_step"]) == {"3", "16"} for r in sweep["rows"])
   report = (tmp_path / "LINEAR.md").read_text()
   assert "| tf_recurrent.MinGRU | XLA | " in report
+  assert f"| {harness} | TF | 8, 16 | " in report  # Memory only.
+  assert f"| {harness} | TF | 8" not in report.split("### Ratios")[0]
+  assert re.search(r"\| tf_recurrent\.MinGRU \| XLA \| 8, 16 \| [-0-9]+ \| "
+                   r"[-0-9.]+ \| [-0-9.]+ \| [0-9.]+ \|", report), report
   assert "| MinGRU floor (gates only) | TF | " in report
   assert ("- MinGRU floor (gates only), TF, T=16: floors are timed up to "
           "T=8") in report
@@ -446,8 +454,8 @@ def test_jax_min_gru_is_the_layers_min_gru():
 def test_linear_report_judges_the_targets():
   """LINEAR.md's verdicts from made-up figures: a speed-up of 3.0x and 2.0x
   misses 2.5x at both lengths; 1.2x and 1.4x the floor is within 1.4x;
-  per-step times 100 to 125 are not flat within 20%; a slope of 3.5 states
-  is 0.5 beyond the harness's 3."""
+  per-step times 100 to 125 are not flat within 20%; a slope of 3.25 states
+  is 0.5 beyond the harness's 2.75."""
   from benchmarks import linear_report  # pylint: disable=g-import-not-at-top
 
   def row(name, times, memory=None):
@@ -455,8 +463,9 @@ def test_linear_report_judges_the_targets():
             "us_per_step": {str(t): v for t, v in times.items()}}
 
   results = {"lengths": [1024, 4096], "rows": [
+      row("harness (outputs = w x)", {}, {"vs_state": 2.75}),
       row("tf_recurrent.MinGRU", {1024: 100.0, 4096: 125.0},
-          {"vs_state": 3.5}),
+          {"vs_state": 3.25}),
       row("MinGRU floor (gates only)", {1024: 100 / 1.2, 4096: 125 / 1.4}),
       row("tf_recurrent.LSTM", {1024: 300.0, 4096: 250.0})]}
   (line,) = [l for l in linear_report.target_lines(results)
