@@ -19,7 +19,7 @@ held-out tenth) are measured when it reaches `--steps` steps and when its
 wall time reaches `--seconds` (at the end of the call that crosses it; the
 steps and seconds there are recorded).
 
-Usage (the full run on a quiet machine, about 9 minutes):
+Usage (the full run on a quiet machine, about 8 minutes):
 
     python -m benchmarks.char_lm_quality
     python -m benchmarks.char_lm_quality --steps=4 --seconds=1 --seq_len=12 \
@@ -187,7 +187,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  strategy_lib.set_job_defaults(seq_len=128, hidden=256, batch=32, steps=400,
+  strategy_lib.set_job_defaults(seq_len=128, hidden=256, batch=32, steps=300,
                                 learning_rate=2e-3, steps_per_call=10)
   FLAGS.set_default("eval_windows", 256)
   app.run(main)
