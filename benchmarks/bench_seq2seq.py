@@ -78,6 +78,7 @@ from absl import flags
 from benchmarks.common import environment
 from benchmarks.common import interleaved_medians
 from benchmarks.common import json_of_child
+from benchmarks.common import memory_at_hand
 from benchmarks.common import peak_rss_of_child
 from benchmarks.common import peak_rss_slope
 from benchmarks.common import ROOT
@@ -420,24 +421,14 @@ def _timed(builders: Dict[str, Callable[[], Callable[[], object]]],
   return {**medians, **failed}
 
 
-def _memory_at_hand() -> int:
-  """The bytes the steps timed here may take: this process's resident
-  memory (which its steps reuse) and the memory available."""
-  def kb(path, key):
-    with open(path) as f:
-      return next(int(l.split()[1]) for l in f if l.startswith(key))
-  return (kb("/proc/meminfo", "MemAvailable:") +
-          kb("/proc/self/status", "VmRSS:")) * 1024
-
-
 def _groups(fits: List[str], peaks: Dict[str, int]) -> List[List[str]]:
   """The interleaved groups in which the steps that fit at one length are
   timed, in turn: all of them in one, unless the Addons child's peak and
-  the in-process steps' add up to more than `_memory_at_hand`; then the
+  the in-process steps' add up to more than `memory_at_hand`; then the
   Addons row with ours first (the child ends after it), then the others."""
   if ADDONS not in fits:
     return [fits]
-  need, have = sum(peaks[name] for name in fits), _memory_at_hand()
+  need, have = sum(peaks[name] for name in fits), memory_at_hand()
   first = [name for name in (OURS, ADDONS) if name in fits]
   rest = [name for name in fits if name != ADDONS]
   if need <= have or set(rest) <= set(first):

@@ -4,6 +4,7 @@ layer."""
 
 import concurrent.futures
 import json
+import math
 import os
 import platform
 import resource
@@ -76,6 +77,16 @@ def peak_rss_of_child(module: str, args: List[str],
     print(f"  memory {module} {args[0]} failed: {proc.stderr[-500:]}")
     return None
   return int(lines[0].split()[1])
+
+
+def memory_at_hand() -> int:
+  """The bytes this process's steps may take: its resident memory (which
+  they reuse) and the memory available."""
+  def kb(path, key):
+    with open(path) as f:
+      return next(int(l.split()[1]) for l in f if l.startswith(key))
+  return (kb("/proc/meminfo", "MemAvailable:") +
+          kb("/proc/self/status", "VmRSS:")) * 1024
 
 
 def print_result(result: Any) -> None:
@@ -238,6 +249,32 @@ def best_seconds(step: Callable[[], object], repeats: int) -> float:
     step()
     best = min(best, time.perf_counter() - start)
   return best
+
+
+def predicted_seconds(seconds: Dict[int, float],
+                      steps: int) -> Optional[float]:
+  """One step's seconds at `steps` from `seconds` (one step's, by length):
+  the last length's time scaled by the lengths, and by the growth of the
+  time per step between the last two lengths, extrapolated as a power of
+  the length (none if it fell); None without a timed length.
+
+  Example:
+
+  >>> predicted_seconds({100: 1.0}, 400)   # One length: linear.
+  4.0
+  >>> predicted_seconds({100: 1.0, 200: 4.0}, 400)   # Quadratic.
+  16.0
+  """
+  timed = sorted(seconds)
+  if not timed:
+    return None
+  last = timed[-1]
+  growth = 1.0
+  if len(timed) > 1:
+    before = timed[-2]
+    growth = max(1.0, (seconds[last] / last) / (seconds[before] / before))
+    growth **= math.log(steps / last) / math.log(last / before)
+  return seconds[last] * steps / last * growth
 
 
 def write_results(out_dir: str, name: str, results: dict,

@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).parent.parent
@@ -346,3 +347,132 @@ def test_calls_benchmark_smoke(tmp_path):
                            else "not met")
   assert "| eager | (a) eager LSTM(32) B=8 D=16, 2 lengths T=10..11" in (
       proc.stdout)
+
+
+LINEAR_ROWS = ["tf_recurrent.MinGRU", "MinGRU floor (gates only)",
+               "tf_recurrent.LSTM", "jax minGRU lax.scan"]
+
+
+def test_linear_benchmark_smoke(tmp_path):
+  """bench_linear at tiny sizes, then its chunk sweep into the same
+  directory: LINEAR.md holds both sections. A layer, its floor (skipped past
+  --floor_max_length, the reason recorded), the LSTM the ratios divide by,
+  and a JAX row (where JAX is installed: XLA only), in both modes; memory
+  (a fresh process per length) for the layer alone."""
+  has_jax = importlib.util.find_spec("jax") is not None
+  proc = subprocess.run(
+      [sys.executable, "-m", "benchmarks.bench_linear", "--lengths=8,16",
+       "--batch=2", "--hidden=4", "--rounds=1", "--memory_lengths=8,16",
+       "--floor_max_length=8", f"--only={','.join(LINEAR_ROWS)}",
+       "--memory_rows=tf_recurrent.MinGRU,harness (outputs = w x)",
+       f"--out_dir={tmp_path}"],
+      capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  results = json.loads((tmp_path / "linear.json").read_text())
+  assert results["environment"]["cpu"] in proc.stdout  # lscpu's model.
+  harness = "harness (outputs = w x)"  # Memory only, first.
+  want = [(n, False) for n in [harness] + LINEAR_ROWS[:3]] + [
+      (n, True) for n in [harness] + (LINEAR_ROWS if has_jax else
+                                      LINEAR_ROWS[:3])]
+  assert [(r["name"], r["xla"]) for r in results["rows"]] == want
+  for row in results["rows"]:
+    floor = row["name"].endswith("floor (gates only)")
+    timed = [] if row["name"] == harness else ["8"] if floor else ["8", "16"]
+    assert list(row["us_per_step"]) == timed
+    assert all(v > 0 for v in row["us_per_step"].values())
+    assert list(row["skipped"]) == (["16"] if floor else [])
+    if row["name"] in ("tf_recurrent.MinGRU", harness):
+      assert row["memory"]["lengths"] == [8, 16]
+      assert None not in row["memory"]["peaks"]
+      assert row["memory"]["vs_state"] is not None
+    else:
+      assert row["memory"] is None
+  proc = subprocess.run(
+      [sys.executable, "-m", "benchmarks.bench_linear", "--sweep_chunk",
+       "--sweep_lengths=10", "--chunk_sizes=3,16", "--modes=xla",
+       "--batch=2", "--hidden=4", "--rounds=1", f"--out_dir={tmp_path}"],
+      capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  sweep = json.loads((tmp_path / "linear_chunks.json").read_text())
+  assert [(r["name"], r["xla"], r["length"]) for r in sweep["rows"]] == [
+      ("tf_recurrent.MinGRU", True, 10), ("tf_recurrent.linear_scan", True,
+                                          10)]
+  assert all(set(r["us_per_step"]) == {"3", "16"} for r in sweep["rows"])
+  report = (tmp_path / "LINEAR.md").read_text()
+  assert "| tf_recurrent.MinGRU | XLA | " in report
+  assert f"| {harness} | TF | 8, 16 | " in report  # Memory only.
+  assert f"| {harness} | TF | 8" not in report.split("### Ratios")[0]
+  assert re.search(r"\| tf_recurrent\.MinGRU \| XLA \| 8, 16 \| [-0-9]+ \| "
+                   r"[-0-9.]+ \| [-0-9.]+ \| [0-9.]+ \|", report), report
+  assert "| MinGRU floor (gates only) | TF | " in report
+  assert ("- MinGRU floor (gates only), TF, T=16: floors are timed up to "
+          "T=8") in report
+  assert "- tf_recurrent.MinGRU, XLA: speed-up >= 2.5x" in report
+  assert "| tf_recurrent.linear_scan | XLA | 10 | " in report
+  assert "## Chunk size" in report and "## Training step" in report
+
+
+def test_linear_benchmark_predicts_a_step_from_its_growth():
+  from benchmarks import common  # pylint: disable=g-import-not-at-top
+  assert common.predicted_seconds({}, 64) is None
+  assert common.predicted_seconds({16: 2.0}, 64) == 8.0
+  # Per-step time that falls with T predicts linear growth, not a fall.
+  assert common.predicted_seconds({16: 2.0, 32: 2.0}, 64) == 4.0
+  # Time per step doubling with each doubling of T: quadratic.
+  np.testing.assert_allclose(
+      common.predicted_seconds({16: 1.0, 32: 4.0}, 128), 64.0)
+
+
+def test_jax_min_gru_is_the_layers_min_gru():
+  """The JAX rows time the minGRU of tf_recurrent.MinGRU: the same loss
+  and weight gradients, with lax.scan and lax.associative_scan."""
+  jax = pytest.importorskip("jax")
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tf_recurrent  # pylint: disable=g-import-not-at-top
+  from benchmarks import linear_steps  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(3, 9, 4)).astype(np.float32)
+  kernel = rng.normal(size=(4, 10)).astype(np.float32)
+  bias = rng.normal(size=(10,)).astype(np.float32)
+  layer = tf_recurrent.MinGRU(5, return_sequences=True, chunk_size=4)
+  layer.build(x.shape)
+  layer.set_weights([kernel, bias])
+  with tf.GradientTape() as tape:
+    loss = tf.reduce_mean(tf.square(layer(x)))
+  want = [loss.numpy()] + [g.numpy() for g in tape.gradient(
+      loss, layer.trainable_weights)]
+  for associative in (False, True):
+    value_and_grad = jax.value_and_grad(
+        lambda k, b, a=associative: linear_steps.jax_min_gru_loss(
+            k, b, x, a), argnums=(0, 1))
+    got_loss, got_grads = value_and_grad(kernel, bias)
+    for got, expected in zip([got_loss, *got_grads], want):
+      np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-5,
+                                 atol=1e-6)
+
+
+def test_linear_report_judges_the_targets():
+  """LINEAR.md's verdicts from made-up figures: a speed-up of 3.0x and 2.0x
+  misses 2.5x at both lengths; 1.2x and 1.4x the floor is within 1.4x;
+  per-step times 100 to 125 are not flat within 20%; a slope of 3.25 states
+  is 0.5 beyond the harness's 2.75."""
+  from benchmarks import linear_report  # pylint: disable=g-import-not-at-top
+
+  def row(name, times, memory=None):
+    return {"name": name, "xla": False, "skipped": {}, "memory": memory,
+            "us_per_step": {str(t): v for t, v in times.items()}}
+
+  results = {"lengths": [1024, 4096], "rows": [
+      row("harness (outputs = w x)", {}, {"vs_state": 2.75}),
+      row("tf_recurrent.MinGRU", {1024: 100.0, 4096: 125.0},
+          {"vs_state": 3.25}),
+      row("MinGRU floor (gates only)", {1024: 100 / 1.2, 4096: 125 / 1.4}),
+      row("tf_recurrent.LSTM", {1024: 300.0, 4096: 250.0})]}
+  (line,) = [l for l in linear_report.target_lines(results)
+             if l.startswith("- ")]
+  assert line == (
+      "- tf_recurrent.MinGRU, TF: speed-up >= 2.5x tf_recurrent.LSTM at "
+      "T=1024, T=4096: missed (3.00x, 2.00x); within 1.4x the floor at "
+      "T=1024, T=4096: met (1.20x, 1.40x); per-step time flat within 20% "
+      "over T=1024,4096: missed (1.25); memory <= 1 state beyond the "
+      "harness: met (0.50).")

@@ -179,23 +179,27 @@ def test_killed_job_resumes_without_losing_steps(tmp_path):
     np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-7)
 
 
-@pytest.fixture(scope="module")
-def char_lm(tmp_path_factory):
-  """One small char-LM job, exported (with TFLite models where the converter
-  works): `(its output, its directory)`."""
-  path = tmp_path_factory.mktemp("char_lm")
+def small_char_lm(path, *flags):
+  """A small char-LM job in `path`, exported (with TFLite models where the
+  converter works), with `flags` too: `(its output, path)`."""
   corpus = path / "corpus.txt"
   corpus.write_text("the quick brown fox jumps over the lazy dog. " * 400)
   job = run_job("tpu_examples.train_char_lm", f"--corpus={corpus}",
                 "--steps=4", "--steps_per_call=2", "--log_every=2",
                 f"--seq_len={SEQ_LEN}", "--hidden=16", "--embedding=8",
                 "--batch=4", "--eval_windows=4", "--sample_chars=20",
-                "--prompt=the ", f"--model_dir={path / 'run'}",
-                f"--export_dir={path / 'export'}",
-                f"--tflite={tflite_unavailable_reason() is None}")
+                "--prompt=the ", f"--export_dir={path / 'export'}",
+                f"--tflite={tflite_unavailable_reason() is None}", *flags)
   out = job.communicate(timeout=600)[0]
   assert job.returncode == 0, out[-3000:]
   return out, path
+
+
+@pytest.fixture(scope="module")
+def char_lm(tmp_path_factory):
+  """The LSTM's job, with checkpoints and logs."""
+  path = tmp_path_factory.mktemp("char_lm")
+  return small_char_lm(path, f"--model_dir={path / 'run'}")
 
 
 @PROGRAM
@@ -259,6 +263,88 @@ def test_char_lm_tflite_models_match_the_saved_model(tflite_converter,
   for row in ("step.tflite", f"sequence.tflite (T={SEQ_LEN})",
               "step.tflite, dynamic range", "SavedModel step (TensorFlow)"):
     assert f"| {row} |" in table, table
+
+
+@pytest.mark.parametrize("cell", ["mingru", "minlstm", "rglru"])
+def test_char_lm_cells_match_the_lstm_parameters(cell):
+  """matched_hidden: each cell's model within 1% of the LSTM model's
+  parameters (the quality comparison's premise); the RG-LRU's embedding
+  has its width."""
+  target = train_char_lm.parameter_count("lstm", 48, 16)
+  hidden = train_char_lm.matched_hidden(cell, target, 16)
+  model = train_char_lm.make_model(cell, hidden, 16)
+  assert abs(model.count_params() - target) <= 0.01 * target
+  width = model.layers[0].output_dim
+  assert width == (hidden if cell == "rglru" else 16)
+  assert isinstance(model.layers[1], train_char_lm.CELLS[cell])
+  assert model.layers[1].units == hidden
+
+
+@pytest.fixture(scope="module")
+def min_gru_char_lm(tmp_path_factory):
+  """The job with --cell=mingru (initial state g(0) = 0.5, not zeros)."""
+  return small_char_lm(tmp_path_factory.mktemp("min_gru_char_lm"),
+                       "--cell=mingru", "--latency_calls=4")
+
+
+@PROGRAM
+def test_min_gru_char_lm_steps_its_tflite_model_like_keras(min_gru_char_lm):
+  """--cell=mingru trains, samples, and writes step.tflite (builtin ops)
+  whose logits, stepped from the SavedModel's initial state, are its
+  serving signature's; no sequence.tflite (the chunked loop has no builtin
+  form)."""
+  out, path = min_gru_char_lm
+  assert "mingru hidden 16 (6688 parameters)" in out
+  assert 0 < float(out.split("held-out bits per character ")[1].split()[0])
+  assert out.split("sample:\n")[1].startswith("the ")
+  if tflite_unavailable_reason():
+    pytest.skip(tflite_unavailable_reason())
+  assert not (path / "export" / "sequence.tflite").exists()
+  flatbuffer = (path / "export" / "step.tflite").read_bytes()
+  assert not [n for n in tflite.op_names(flatbuffer) if n.startswith("Flex")]
+  text = (path / "corpus.txt").read_bytes()[7:7 + SEQ_LEN]
+  tokens = np.frombuffer(text, np.uint8).astype(np.int32)
+  saved = tf.saved_model.load(str(path / "export"))
+  expected = saved.signatures["serving_default"](
+      inputs=tf.constant(tokens[None]))["output"][0].numpy()
+  state = train_char_lm.initial_state(str(path / "export"))
+  assert all(np.all(v == 0.5) for v in state.values())
+  stepped = train_char_lm.step_through(
+      train_char_lm.tflite_runner(flatbuffer), tokens, state)
+  np.testing.assert_allclose(stepped, expected, rtol=0, atol=1e-5)
+  table = out.split("| model | bytes | us per token | max logit error |")[1]
+  assert "| step.tflite | " in table and " vs Keras |" in table
+  assert "sequence.tflite" not in table
+
+
+@PROGRAM
+def test_char_lm_quality_compares_the_cells(tmp_path):
+  """benchmarks/char_lm_quality at tiny sizes: every cell trains, at the
+  LSTM's parameter count, to the steps and the seconds asked; LINEAR.md
+  gets its section."""
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("the quick brown fox jumps over the lazy dog. " * 400)
+  job = run_job("benchmarks.char_lm_quality", "--steps=4", "--seconds=0.5",
+                f"--seq_len={SEQ_LEN}", "--hidden=16", "--embedding=8",
+                "--batch=4", "--eval_windows=4", "--steps_per_call=2",
+                f"--corpus={corpus}", f"--out_dir={tmp_path}")
+  out = job.communicate(timeout=600)[0]
+  assert job.returncode == 0, out[-3000:]
+  results = json.loads((tmp_path / "char_lm.json").read_text())
+  cells = {c["cell"]: c for c in results["cells"]}
+  assert list(cells) == ["lstm", "mingru", "minlstm", "rglru"]
+  target = results["parameters_target"]
+  assert cells["lstm"]["parameters"] == target
+  for cell in cells.values():
+    # Tiny models: the nearest unit count is within 5% (at the full run's
+    # sizes, 0.3%).
+    assert abs(cell["parameters"] - target) <= 0.05 * target, cell
+    assert 0 < cell["bpc_at_steps"] < 9 and 0 < cell["bpc_at_seconds"] < 9
+    assert cell["steps_in_seconds"] >= 2 and cell["seconds_at_seconds"] >= 0.5
+    assert cell["seconds_at_steps"] > 0 and cell["ms_per_step"] > 0
+  report = (tmp_path / "LINEAR.md").read_text()
+  assert "## Char LM: bits per character at equal parameters" in report
+  assert "| mingru | " in report and "Target (bits per character" in report
 
 
 # The NMT tutorial (tpu_examples/train_nmt.py): tiny sizes, a few epochs.

@@ -1,24 +1,35 @@
 r"""A character-level (byte-level) language model trained through tf_recurrent.
 
-The corpus is any text file given with --corpus, or by default the Python
-standard library's own source files, which every machine with Python has.
-The last tenth is held out; the job reports held-out bits per character,
-keeps resumable checkpoints and TensorBoard logs in --model_dir, samples
-text from the trained model one step at a time, and exports a SavedModel
-(whole-sequence and one-step signatures) with --export_dir. Beside the
-SavedModel it writes two TFLite models converted with the builtin op set
-alone (`--notflite` skips them): `step.tflite`, the SavedModel's `step`
-signature (one token and the states in, logits and the new states out), and
-`sequence.tflite`, `--seq_len` tokens in, logits out, the LSTM as TFLite's
-fused UNIDIRECTIONAL_SEQUENCE_LSTM without its cell-state clip
-(`tf_recurrent.tflite.without_cell_clip`). It prints their sizes, how far
-their logits are from the Keras model's, and their per-token latency
-against the SavedModel's `step` run by TensorFlow.
+The model: a byte embedding, one recurrent layer (`--cell`: an LSTM, or the
+linear recurrences MinGRU, MinLSTM, RG-LRU) and the logits of the next
+byte. The corpus is any text file given with --corpus, or by default the
+Python standard library's own source files, which every machine with Python
+has. The last tenth is held out; the job reports held-out bits per
+character, keeps resumable checkpoints and TensorBoard logs in --model_dir,
+samples text from the trained model one step at a time, and exports a
+SavedModel (whole-sequence and one-step signatures) with --export_dir.
+Beside the SavedModel it writes TFLite models converted with the builtin op
+set alone (`--notflite` skips them): `step.tflite`, the SavedModel's `step`
+signature (one token and the states in, logits and the new states out),
+and for the LSTM `sequence.tflite`, `--seq_len` tokens in, logits out, the
+LSTM as TFLite's fused UNIDIRECTIONAL_SEQUENCE_LSTM without its cell-state
+clip (`tf_recurrent.tflite.without_cell_clip`); the linear layers' whole-
+sequence loop (chunks written in place) has no builtin TFLite form, their
+step does. It prints their sizes, how far their logits are from the Keras
+model's, and their per-token latency against the SavedModel's `step` run by
+TensorFlow.
+
+`--hidden` is the recurrent layer's units. The RG-LRU's inputs have its
+width, so with `--cell=rglru` the embedding is `--hidden` wide (not
+`--embedding`). `matched_hidden` gives the units at which a cell's model has
+an LSTM model's parameters (`benchmarks/char_lm_quality.py` compares the
+cells so).
 
 Example:
 
     python -m tpu_examples.train_char_lm --steps=2000 --model_dir=/tmp/lm \
         --export_dir=/tmp/lm/export
+    python -m tpu_examples.train_char_lm --cell=mingru --hidden=1021
 """
 
 import contextlib
@@ -28,7 +39,7 @@ import os
 import statistics
 import sysconfig
 import time
-from typing import Callable, Dict, NamedTuple
+from typing import Callable, Dict, NamedTuple, Optional
 import warnings
 
 from absl import app
@@ -55,6 +66,11 @@ flags.DEFINE_bool("tflite", True, "With --export_dir, also write and time "
 flags.DEFINE_integer("latency_calls", 200, "Timed calls of each model.")
 
 VOCAB = 256  # Bytes.
+# --cell: the recurrent layer of each.
+CELLS = {"lstm": tf_recurrent.LSTM, "mingru": tf_recurrent.MinGRU,
+         "minlstm": tf_recurrent.MinLSTM, "rglru": tf_recurrent.RGLRU}
+flags.DEFINE_enum("cell", "lstm", list(CELLS), "The recurrent layer: an "
+                  "LSTM or a linear recurrence (MinGRU, MinLSTM, RG-LRU).")
 
 
 def read_corpus(path: str, limit: int) -> bytes:
@@ -97,14 +113,63 @@ def windows(data: tf.Tensor, seed, step, count: int, length: int):
   return tf.gather(data, starts[:, None] + tf.range(length + 1)[None, :])
 
 
-def make_model() -> keras.Sequential:
-  """Embedding -> tf_recurrent.LSTM -> logits over the next byte."""
+def embedding_width(cell: str, hidden: int, embedding: int) -> int:
+  """The embedding's width: `embedding`, or `hidden` for the RG-LRU (whose
+  inputs have its width)."""
+  return hidden if cell == "rglru" else embedding
+
+
+def make_model(cell: Optional[str] = None, hidden: Optional[int] = None,
+               embedding: Optional[int] = None) -> keras.Sequential:
+  """Embedding -> the recurrent layer -> logits over the next byte.
+
+  Args:
+    cell: A key of `CELLS` (default --cell).
+    hidden: The layer's units (default --hidden).
+    embedding: The embedding's width (default --embedding; the RG-LRU's is
+      `hidden`).
+
+  Example:
+
+  >>> make_model("mingru", hidden=8, embedding=4).count_params()
+  3408
+  """
+  cell = cell or FLAGS.cell
+  hidden = hidden or FLAGS.hidden
+  embedding = embedding_width(cell, hidden, embedding or FLAGS.embedding)
   return keras.Sequential([
       keras.Input((None,), dtype="int32"),
-      keras.layers.Embedding(VOCAB, FLAGS.embedding),
-      tf_recurrent.LSTM(FLAGS.hidden, return_sequences=True),
+      keras.layers.Embedding(VOCAB, embedding),
+      CELLS[cell](hidden, return_sequences=True),
       keras.layers.Dense(VOCAB),
   ])
+
+
+def parameter_count(cell: str, hidden: int, embedding: int) -> int:
+  """The number of weights of `make_model(cell, hidden, embedding)`."""
+  return make_model(cell, hidden, embedding).count_params()
+
+
+def matched_hidden(cell: str, parameters: int, embedding: int) -> int:
+  """The units at which `cell`'s model has closest to `parameters` weights.
+
+  Example (an LSTM of 256 units with a 64-wide embedding: 410,880):
+
+  >>> hidden = matched_hidden("mingru", 410880, 64)
+  >>> hidden, parameter_count("mingru", hidden, 64)
+  (1021, 410746)
+  """
+  low, high = 1, 1
+  while parameter_count(cell, high, embedding) < parameters:
+    low, high = high, high * 2
+  while high - low > 1:  # The count grows with the units.
+    middle = (low + high) // 2
+    if parameter_count(cell, middle, embedding) < parameters:
+      low = middle
+    else:
+      high = middle
+  return min((low, high), key=lambda h: abs(
+      parameter_count(cell, h, embedding) - parameters))
 
 
 def per_sequence_nats(model, batch, training=False):
@@ -163,6 +228,12 @@ def convert(converter: tf.lite.TFLiteConverter, quantize: bool) -> bytes:
     return converter.convert()
 
 
+def has_sequence_tflite(model: keras.Sequential) -> bool:
+  """Whether the whole-sequence model converts to builtin TFLite ops: an
+  LSTM does (fused); the linear layers' chunked loop does not."""
+  return any(isinstance(layer, tf_recurrent.LSTM) for layer in model.layers)
+
+
 def convert_tflite(model: keras.Sequential, export_dir: str, length: int,
                    quantize: bool = False) -> Dict[str, bytes]:
   """The streaming step and the whole-sequence model as TFLite flatbuffers.
@@ -175,20 +246,20 @@ def convert_tflite(model: keras.Sequential, export_dir: str, length: int,
     quantize: Whether to quantize the weights (dynamic range).
 
   Returns:
-    {"step": ..., "sequence": ...}.
+    {"step": ..., "sequence": ...}; no "sequence" where
+    `has_sequence_tflite` says it does not convert.
 
   Raises:
     ValueError: If a model needs an op outside TFLite's builtin set.
   """
-  sequence = convert(tf.lite.TFLiteConverter.from_keras_model(
-      sequence_model(model, length)), quantize)
-  flatbuffers = {
-      "step": convert(tf.lite.TFLiteConverter.from_saved_model(
-          export_dir, signature_keys=["step"]), quantize),
-      # The fused LSTM would clamp the cell state to [-10, 10], which Keras
-      # does not; this LM's cell states reach 66-75 within 128 bytes.
-      "sequence": tf_recurrent.tflite.without_cell_clip(sequence),
-  }
+  flatbuffers = {"step": convert(tf.lite.TFLiteConverter.from_saved_model(
+      export_dir, signature_keys=["step"]), quantize)}
+  if has_sequence_tflite(model):
+    sequence = convert(tf.lite.TFLiteConverter.from_keras_model(
+        sequence_model(model, length)), quantize)
+    # The fused LSTM would clamp the cell state to [-10, 10], which Keras
+    # does not; this LM's cell states reach 66-75 within 128 bytes.
+    flatbuffers["sequence"] = tf_recurrent.tflite.without_cell_clip(sequence)
   for name, flatbuffer in flatbuffers.items():
     flex = [op for op in tf_recurrent.tflite.op_names(flatbuffer)
             if op.startswith("Flex")]
@@ -214,10 +285,20 @@ def zero_state(step) -> Dict[str, np.ndarray]:
           if name.startswith("state_")}
 
 
-def step_through(step, tokens: np.ndarray) -> np.ndarray:
+def initial_state(export_dir: str) -> Dict[str, np.ndarray]:
+  """One sequence's initial states, from the SavedModel's `initial_state`
+  signature (each layer's own: zeros for an LSTM, g(0) = 0.5 for MinGRU)."""
+  signature = tf.saved_model.load(export_dir).signatures["initial_state"]
+  return {name: value.numpy()
+          for name, value in signature(batch_size=tf.constant(1)).items()}
+
+
+def step_through(step, tokens: np.ndarray,
+                 state: Optional[Dict[str, np.ndarray]] = None) -> np.ndarray:
   """Logits `[T, VOCAB]` of step.tflite's signature runner fed `tokens`
-  one at a time from the zero state, its states fed back."""
-  state = zero_state(step)
+  one at a time from `state` (default: the zero state), its states fed
+  back."""
+  state = zero_state(step) if state is None else dict(state)
   logits = []
   for token in tokens:
     result = step(inputs=np.array([token], np.int32), **state)
@@ -249,16 +330,20 @@ def median_latencies(invokers: Dict[str, Callable[[], object]], calls: int,
   return {name: statistics.median(t) for name, t in times.items()}
 
 
-def tflite_errors(runners, model: keras.Sequential,
-                  window: np.ndarray) -> Dict[str, float]:
-  """Largest logit differences on `window` (tokens `[T]`): the sequence
-  model against the Keras model, the step model stepped token by token
-  against the sequence model."""
+def tflite_errors(runners, model: keras.Sequential, window: np.ndarray,
+                  state: Dict[str, np.ndarray]) -> Dict[str, str]:
+  """Largest logit differences on `window` (tokens `[T]`), described: the
+  sequence model against the Keras model, the step model stepped token by
+  token from `state` against the sequence model (against the Keras model
+  where there is no sequence model)."""
   tokens = window[None, :].astype(np.int32)
+  keras_logits = model(tokens)[0]
+  stepped = step_through(runners["step"], window, state)
+  if "sequence" not in runners:
+    return {"step": f"{np.abs(stepped - keras_logits).max():.1e} vs Keras"}
   whole = runners["sequence"](inputs=tokens)["output"][0]
-  stepped = step_through(runners["step"], window)
-  return {"sequence": float(np.abs(whole - model(tokens)[0]).max()),
-          "step": float(np.abs(stepped - whole).max())}
+  return {"sequence": f"{np.abs(whole - keras_logits).max():.1e} vs Keras",
+          "step": f"{np.abs(stepped - whole).max():.1e} vs sequence"}
 
 
 class Row(NamedTuple):
@@ -270,25 +355,27 @@ class Row(NamedTuple):
 
 
 def tflite_rows(flatbuffers: Dict[str, bytes], model: keras.Sequential,
-                window: np.ndarray, kind: str) -> Dict[str, Row]:
-  """The step and sequence models' rows: sizes, calls, errors on `window`.
+                window: np.ndarray, kind: str,
+                state: Dict[str, np.ndarray]) -> Dict[str, Row]:
+  """The step (and sequence) models' rows: sizes, calls, errors on `window`,
+  the step model stepped from `state`.
 
   A call is what a Python server pays: the signature runner copying the
   inputs in and the outputs out around the interpreter's invoke.
   """
   runners = {k: tflite_runner(v) for k, v in flatbuffers.items()}
-  errors = tflite_errors(runners, model, window)
-  feed = dict(zero_state(runners["step"]), inputs=np.ones([1], np.int32))
-  tokens = np.ones([1, len(window)], np.int32)
-  return {
-      f"step.tflite{kind}": Row(
-          str(len(flatbuffers["step"])), lambda: runners["step"](**feed), 1,
-          f"{errors['step']:.1e} vs sequence"),
-      f"sequence.tflite{kind} (T={len(window)})": Row(
-          str(len(flatbuffers["sequence"])),
-          lambda: runners["sequence"](inputs=tokens), len(window),
-          f"{errors['sequence']:.1e} vs Keras"),
-  }
+  errors = tflite_errors(runners, model, window, state)
+  feed = dict(state, inputs=np.ones([1], np.int32))
+  rows = {f"step.tflite{kind}": Row(
+      str(len(flatbuffers["step"])), lambda: runners["step"](**feed), 1,
+      errors["step"])}
+  if "sequence" in runners:
+    tokens = np.ones([1, len(window)], np.int32)
+    rows[f"sequence.tflite{kind} (T={len(window)})"] = Row(
+        str(len(flatbuffers["sequence"])),
+        lambda: runners["sequence"](inputs=tokens), len(window),
+        errors["sequence"])
+  return rows
 
 
 def saved_model_row(export_dir: str) -> Row:
@@ -301,21 +388,24 @@ def saved_model_row(export_dir: str) -> Row:
 
 def report_tflite(model: keras.Sequential, export_dir: str,
                   window: np.ndarray, calls: int) -> None:
-  """Writes step.tflite and sequence.tflite (`len(window)` tokens) into
-  `export_dir`, checks them against the Keras model on `window`, and prints
-  their ops, sizes and per-token latencies, and those of their dynamic-range
-  quantized variants (not written), beside the SavedModel's `step` run by
-  TensorFlow."""
+  """Writes step.tflite and, for an LSTM, sequence.tflite (`len(window)`
+  tokens) into `export_dir`, checks them against the Keras model on
+  `window` (step.tflite stepped from the SavedModel's initial state), and
+  prints their ops, sizes and per-token latencies, and those of their
+  dynamic-range quantized variants (not written), beside the SavedModel's
+  `step` run by TensorFlow."""
   flatbuffers = convert_tflite(model, export_dir, len(window))
   for name, flatbuffer in flatbuffers.items():
     with open(os.path.join(export_dir, f"{name}.tflite"), "wb") as f:
       f.write(flatbuffer)
     ops = sorted(set(tf_recurrent.tflite.op_names(flatbuffer)))
     print(f"wrote {name}.tflite: {', '.join(ops)}")
-  rows = tflite_rows(flatbuffers, model, window, "")
+  state = initial_state(export_dir)
+  rows = tflite_rows(flatbuffers, model, window, "", state)
   try:
     quantized = convert_tflite(model, export_dir, len(window), quantize=True)
-    rows.update(tflite_rows(quantized, model, window, ", dynamic range"))
+    rows.update(tflite_rows(quantized, model, window, ", dynamic range",
+                            state))
   except Exception as e:  # pylint: disable=broad-except
     print(f"dynamic-range quantization failed: {str(e)[:200]}")
   rows["SavedModel step (TensorFlow)"] = saved_model_row(export_dir)
@@ -357,8 +447,9 @@ def main(argv):
       lambda: tf.reduce_mean(per_sequence_nats(model, eval_batch)) /
       math.log(2.0))
   print(f"char LM: {len(train_data.numpy())} training bytes, "
-        f"{len(held_out.numpy())} held out; T={FLAGS.seq_len}, hidden "
-        f"{FLAGS.hidden}, global batch {FLAGS.batch} over "
+        f"{len(held_out.numpy())} held out; T={FLAGS.seq_len}, {FLAGS.cell} "
+        f"hidden {FLAGS.hidden} ({model.count_params()} parameters), global "
+        f"batch {FLAGS.batch} over "
         f"{strategy.num_replicas_in_sync} replica(s), XLA "
         f"{'on' if trainer.jit_compile else 'off'}; uniform bytes: 8 bits/char",
         flush=True)
