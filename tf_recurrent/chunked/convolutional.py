@@ -36,7 +36,6 @@ import tensorflow as tf
 
 from tf_recurrent.chunked import lstm
 from tf_recurrent.op import cells
-from tf_recurrent.op import first_order
 from tf_recurrent.op import step_clusters
 
 Tensor = tf.Tensor
@@ -134,9 +133,7 @@ class _Convolution:
 
   def _autodiff(self, frames: Tensor, kernel: Tensor, dy: Tensor,
                 wrt: Tensor) -> Tensor:
-    # Called in a backward pass, which runs unrecorded (first_order_only):
-    # this tape must record all the same.
-    with first_order.recorded(), tf.GradientTape() as tape:
+    with tf.GradientTape() as tape:
       tape.watch(wrt)
       out = self.apply(frames, kernel)
     return tape.gradient(out, wrt, output_gradients=dy)

@@ -173,9 +173,7 @@ def _backward(config, x, h0, weights, h, dh, dlast, mask):
   def chunk_body(start, steps, u, dw, handle):
     valid = None if mask is None else grid.valid_from_mask(mask, start)
     x_rows = grid.rows(x, start)
-    # The backward pass runs unrecorded (first_order_only): this tape must
-    # record all the same.
-    with first_order.recorded(), tf.GradientTape() as tape:
+    with tf.GradientTape() as tape:
       tape.watch([x_rows] + weights)
       a, b = gate_fn(x_rows, *weights)
       a, b = tf.cast(a, work), tf.cast(b, work)
