@@ -24,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_recurrent.op import seeds
+from tf_recurrent.op import unconverted
 
 
 def _as_tensor(value, name):
@@ -73,6 +74,7 @@ def _prepare_memory(memory: Any, memory_sequence_length: Any = None,
   return memory * tf.reshape(mask, tf.concat([tf.shape(mask), extra], 0))
 
 
+@unconverted.entry_point
 def hardmax(logits: Any, name: Optional[str] = None) -> tf.Tensor:
   """One-hot of the argmax along the last axis.
 
@@ -94,6 +96,7 @@ def hardmax(logits: Any, name: Optional[str] = None) -> tf.Tensor:
     return tf.one_hot(tf.argmax(logits, -1), depth, dtype=logits.dtype)
 
 
+@unconverted.entry_point
 def safe_cumprod(x: Any, *args, **kwargs) -> tf.Tensor:
   """`tf.math.cumprod` as the exp of a cumsum of logs, clipped above 0.
 
@@ -121,6 +124,7 @@ def safe_cumprod(x: Any, *args, **kwargs) -> tf.Tensor:
                             **kwargs))
 
 
+@unconverted.entry_point
 def monotonic_attention(p_choose_i: Any, previous_attention: Any,
                         mode: str) -> tf.Tensor:
   """The expected monotonic alignment (Raffel et al. 2017).
@@ -210,7 +214,7 @@ def _serialize_layer(layer):
   return config
 
 
-class AttentionMechanism(keras.layers.Layer):
+class AttentionMechanism(unconverted.EntryPoint, keras.layers.Layer):
   """The base of the mechanisms: memory setup, masking, queries.
 
   Subclasses implement `_calculate_attention(query, state)` and create
