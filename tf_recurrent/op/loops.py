@@ -114,18 +114,21 @@ def build(theta, state0, inputs, cell_fn, cell_grad, stop_fn,
     flat_t = list(args[:n_theta])
     flat_s0 = list(args[n_theta:n_theta + n_state])
     flat_x = list(args[n_theta + n_state:n_theta + n_state + n_inputs])
-    sinks = storage.sinks(flat_s0, total_steps, use_xla)
-    extras_sinks = []
-    if keep_extras:
-      extras_sinks = [
-          _RowSink(e, total_steps, use_xla, lambda s_in, out, i=i:
-                   out.extras[i])
-          for i, e in enumerate(program.extras_templates(flat_t, flat_s0,
-                                                         flat_x))]
-    n_run, final, handles = program.run_forward(
-        flat_t, flat_x, 0, limit, flat_s0, sinks + extras_sinks,
-        with_stop=True)
-    kept = [sink.stack(h) for sink, h in zip(sinks + extras_sinks, handles)]
+    # The loop unrecorded: its gradient is grad_fn's (see first_order).
+    with first_order.unrecorded():
+      sinks = storage.sinks(flat_s0, total_steps, use_xla)
+      extras_sinks = []
+      if keep_extras:
+        extras_sinks = [
+            _RowSink(e, total_steps, use_xla, lambda s_in, out, i=i:
+                     out.extras[i])
+            for i, e in enumerate(program.extras_templates(flat_t, flat_s0,
+                                                           flat_x))]
+      n_run, final, handles = program.run_forward(
+          flat_t, flat_x, 0, limit, flat_s0, sinks + extras_sinks,
+          with_stop=True)
+      kept = [sink.stack(h) for sink, h in zip(sinks + extras_sinks,
+                                               handles)]
     kept, kept_extras = kept[:len(sinks)], kept[len(sinks):]
     returned_acc = storage.returned(kept)
     # What the reverse loop reads of the forward loop, behind an identity
@@ -351,7 +354,7 @@ class _Program:
 
   def call_cell(self, flat_t, flat_s, flat_x_t, t):
     """`cell_fn` on flat lists; returns flat (state1, extras)."""
-    with seeds.seeded_step(self.seed_source, t):
+    with seeds.seeded_step(self.seed_source, t), first_order.recorded():
       state1, extras = self.cell_fn(*self.pack(flat_t, flat_s, flat_x_t))
     state1 = tf.nest.flatten(state1)
     for new, old in zip(state1, flat_s):
@@ -418,7 +421,8 @@ class _Program:
       running = t < stop
       if with_stop and self.stop_fn is not None:
         theta_, state_, _ = self.pack(flat_t, state, flat_x)
-        stop_now = tf.reshape(self.stop_fn(t, theta_, state_), [])
+        with first_order.recorded():
+          stop_now = tf.reshape(self.stop_fn(t, theta_, state_), [])
         running = tf.logical_and(running, tf.logical_not(stop_now))
       return running
 
@@ -530,8 +534,9 @@ class _Program:
         # and the inputs, so a cell_grad that differentiates its recomputed
         # step with tf.gradients would get total derivatives through every
         # earlier step instead of the step's partial ones.
-        out = self.cell_grad(*_step_local(
-            (theta_, s_prev, x_t, extras_t, dcell_struct)))
+        with first_order.recorded():
+          out = self.cell_grad(*_step_local(
+              (theta_, s_prev, x_t, extras_t, dcell_struct)))
         g_theta, g_state, g_inputs = (tf.nest.flatten(o) for o in out)
         g_captured, g_vars = [], []
     return (_dense(g_theta, flat_t, self.diff_theta),
