@@ -224,8 +224,7 @@ def first_order_only(gradient: Callable[..., Any], args: Sequence[Any], *,
   @tf.custom_gradient
   def call(anchor, *variants):
     del anchor, variants  # Only handles for the gradient below.
-    with unrecorded():
-      result = gradient(*cut)
+    result = gradient(*cut)
     results.append(result)
 
     def second_order(*unused_upstream, variables=None):

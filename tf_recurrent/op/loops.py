@@ -141,13 +141,15 @@ def build(theta, state0, inputs, cell_fn, cell_grad, stop_fn,
                   kept_extras):
         d_returned = list(dys[:len(returned_acc)])
         d_final = list(dys[len(returned_acc):])
-        carry = program.initial_grad_carry(flat_t, flat_s0, flat_x, d_final,
-                                           variables)
-        carry = storage.reverse(program, flat_t, flat_s0, flat_x, n_run,
-                                kept, final,
-                                kept_extras if keep_extras else None,
-                                d_returned, carry)
-        return program.finish_grads(carry)
+        # Unrecorded as the forward loop (the user's step recorded).
+        with first_order.unrecorded():
+          carry = program.initial_grad_carry(flat_t, flat_s0, flat_x,
+                                             d_final, variables)
+          carry = storage.reverse(program, flat_t, flat_s0, flat_x, n_run,
+                                  kept, final,
+                                  kept_extras if keep_extras else None,
+                                  d_returned, carry)
+          return program.finish_grads(carry)
 
       # The reverse loop cuts each step's inputs from the graph: its own
       # gradient would be wrong, so it fails instead.
