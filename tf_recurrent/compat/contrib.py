@@ -20,11 +20,13 @@ from typing import Any, Optional, Tuple
 import tensorflow as tf
 
 from tf_recurrent.compat import dynamic
+from tf_recurrent.op import unconverted
 from tf_recurrent.op.op import Recurrent  # pylint: disable=unused-import
 
 __all__ = ["Recurrent", "functional_rnn", "bidirectional_functional_rnn"]
 
 
+@unconverted.entry_point
 def functional_rnn(cell: Any,
                    inputs: Any,
                    sequence_length: Any = None,
@@ -64,6 +66,7 @@ def functional_rnn(cell: Any,
                              time_major=time_major, scope=scope)
 
 
+@unconverted.entry_point
 def bidirectional_functional_rnn(
     cell_fw: Any,
     cell_bw: Any,

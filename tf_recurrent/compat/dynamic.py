@@ -46,10 +46,12 @@ from tf_recurrent.op import masks
 from tf_recurrent.op import op
 from tf_recurrent.op import probe
 from tf_recurrent.op import structs
+from tf_recurrent.op import unconverted
 
 LoopFn = Callable[[tf.Tensor, Any, Any, Any], Tuple[Any, Any, Any, Any, Any]]
 
 
+@unconverted.entry_point
 def dynamic_rnn(cell: Any,
                 inputs: Any,
                 sequence_length: Any = None,
@@ -121,6 +123,7 @@ def dynamic_rnn(cell: Any,
   return outputs, state
 
 
+@unconverted.entry_point
 def bidirectional_dynamic_rnn(
     cell_fw: Any,
     cell_bw: Any,
@@ -195,6 +198,7 @@ def bidirectional_dynamic_rnn(
   return (output_fw, output_bw), (state_fw, state_bw)
 
 
+@unconverted.entry_point
 def raw_rnn(cell: Any,
             loop_fn: LoopFn,
             parallel_iterations: Optional[int] = None,
@@ -266,6 +270,7 @@ def raw_rnn(cell: Any,
   _check_cell(cell, "cell")
   if not callable(loop_fn):
     raise TypeError(f"loop_fn must be a callable; got {type(loop_fn).__name__}.")
+  loop_fn = unconverted.like_caller(loop_fn)
   if accumulators.in_xla_context():
     raise ValueError(
         "raw_rnn cannot run under jit_compile=True: its loop has no maximum "
@@ -412,8 +417,9 @@ def _build(cell: Any, step_shapes: Any,
 
 
 def _call(cell: Any, x: Any, state: Any) -> Tuple[Any, Any]:
-  """One step, the new state packed like `state` (Keras returns lists)."""
-  output, new_state = cell(x, state)
+  """One step, the new state packed like `state` (Keras returns lists); an
+  RNNCell object's call converted by AutoGraph where our caller's code is."""
+  output, new_state = unconverted.like_caller(cell)(x, state)
   flat = tf.nest.flatten(new_state)
   if len(flat) != len(tf.nest.flatten(state)):
     raise ValueError(

@@ -40,8 +40,10 @@ import tensorflow as tf
 from tf_recurrent.op import op
 from tf_recurrent.op import probe as probe_lib
 from tf_recurrent.op import structs
+from tf_recurrent.op import unconverted
 
 
+@unconverted.entry_point
 def Recurrent(theta: Any,  # pylint: disable=invalid-name
               state0: Any,
               inputs: Any,
@@ -120,6 +122,8 @@ def Recurrent(theta: Any,  # pylint: disable=invalid-name
         "final state instead.")
   if cell_grad is not None:
     allow_implicit_capture, allowed_tensor_captures = False, None
+  cell_fn, cell_grad = (unconverted.like_caller(fn)
+                        for fn in (cell_fn, cell_grad))
   with tf.name_scope(cell_type or "Recurrent"):
     theta, cell_fn, cell_grad = _with_symbol_values(theta, cell_fn, cell_grad)
     theta = structs.to_tensors(theta, "theta")

@@ -20,10 +20,11 @@ from keras import ops
 
 from tf_recurrent.engine import built_in
 from tf_recurrent.layers import cell_layers
+from tf_recurrent.op import unconverted
 
 
 @keras.saving.register_keras_serializable(package="tf_recurrent")
-class LayerNormLSTMCell(keras.layers.LSTMCell):
+class LayerNormLSTMCell(unconverted.EntryPoint, keras.layers.LSTMCell):
   """`keras.layers.LSTMCell` with layer normalization, as TF Addons' cell.
 
   Takes the arguments of `keras.layers.LSTMCell`, plus
@@ -97,7 +98,8 @@ class LayerNormLSTMCell(keras.layers.LSTMCell):
 
 
 @keras.saving.register_keras_serializable(package="tf_recurrent")
-class LayerNormSimpleRNNCell(keras.layers.SimpleRNNCell):
+class LayerNormSimpleRNNCell(unconverted.EntryPoint,
+                             keras.layers.SimpleRNNCell):
   """`keras.layers.SimpleRNNCell` with layer normalization, as TF Addons'.
 
   `h = activation(LN(x W + h U) + bias)`, the norm scaling only (`gamma`,

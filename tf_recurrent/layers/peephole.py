@@ -25,10 +25,11 @@ import numpy as np
 
 from tf_recurrent.engine import built_in
 from tf_recurrent.layers import cell_layers
+from tf_recurrent.op import unconverted
 
 
 @keras.saving.register_keras_serializable(package="tf_recurrent")
-class PeepholeLSTMCell(keras.layers.LSTMCell):
+class PeepholeLSTMCell(unconverted.EntryPoint, keras.layers.LSTMCell):
   """`keras.layers.LSTMCell` with diagonal peephole connections.
 
   Takes the arguments of `keras.layers.LSTMCell`, plus

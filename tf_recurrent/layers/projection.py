@@ -18,10 +18,11 @@ from keras import ops
 
 from tf_recurrent.engine import built_in
 from tf_recurrent.layers import cell_layers
+from tf_recurrent.op import unconverted
 
 
 @keras.saving.register_keras_serializable(package="tf_recurrent")
-class ProjectedLSTMCell(keras.layers.LSTMCell):
+class ProjectedLSTMCell(unconverted.EntryPoint, keras.layers.LSTMCell):
   """`keras.layers.LSTMCell` whose output is projected to `proj_size`.
 
   Takes the arguments of `keras.layers.LSTMCell`, plus `proj_size` (a

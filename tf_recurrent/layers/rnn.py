@@ -39,6 +39,7 @@ import tensorflow as tf
 from tf_recurrent import engine
 from tf_recurrent.engine import tracking
 from tf_recurrent.op import step_clusters
+from tf_recurrent.op import unconverted
 
 
 def _check_initial_state(layer, initial_state):
@@ -59,7 +60,7 @@ def _check_initial_state(layer, initial_state):
           f"got shape {tensor.shape}.")
 
 
-class _RecurrentLoop:
+class _RecurrentLoop(unconverted.EntryPoint):
   """Mixin replacing `keras.layers.RNN.inner_loop` by `tf_recurrent.engine`.
 
   Adds one constructor argument to Keras's: `recompute` (default False).

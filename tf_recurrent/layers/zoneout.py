@@ -22,6 +22,7 @@ from keras import ops
 
 from tf_recurrent.engine import built_in
 from tf_recurrent.layers import cell_layers
+from tf_recurrent.op import unconverted
 
 
 def _check_rate(name: str, rate: Any) -> float:
@@ -31,7 +32,7 @@ def _check_rate(name: str, rate: Any) -> float:
   return float(rate)
 
 
-class _Zoneout:
+class _Zoneout(unconverted.EntryPoint):
   """What both cells share: the rates, the keep masks, the zoned state."""
 
   def _init_zoneout(self, rates: Dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from tf_recurrent.op import op
 from tf_recurrent.op import structs
+from tf_recurrent.op import unconverted
 
 
 def reverse_time(struct: Any, lengths: Optional[tf.Tensor]) -> Any:
@@ -27,7 +28,7 @@ def reverse_time(struct: Any, lengths: Optional[tf.Tensor]) -> Any:
   return tf.nest.map_structure(reverse, struct)
 
 
-@tf.autograph.experimental.do_not_convert
+@unconverted.entry_point
 def bidirectional(theta_fw: Any,
                   theta_bw: Any,
                   state0_fw: Any,

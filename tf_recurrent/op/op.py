@@ -24,6 +24,7 @@ from tf_recurrent.op import seeds
 from tf_recurrent.op import step_clusters
 from tf_recurrent.op import structs
 from tf_recurrent.op import tracing
+from tf_recurrent.op import unconverted
 
 UntraceableStepError = probe_lib.UntraceableStepError
 
@@ -44,6 +45,7 @@ class UnrecomputableStepError(ValueError):
   it to run such a cell under ordinary autodiff.)"""
 
 
+@unconverted.entry_point
 def recurrent(theta: Any,
               state0: Any,
               inputs: Any,
@@ -204,8 +206,7 @@ def recurrent(theta: Any,
     if not callable(fn) and not (optional and fn is None):
       raise TypeError(f"{name} must be callable{' or None' if optional else ''}"
                       f"; got {type(fn).__name__}.")
-  # Read here, before _recurrent turns AutoGraph off for the op's own code.
-  cell_fn, cell_grad, stop_fn = (_converted_like_caller(fn) for fn in
+  cell_fn, cell_grad, stop_fn = (unconverted.like_caller(fn) for fn in
                                  (cell_fn, cell_grad, stop_fn))
   return _recurrent(theta, state0, inputs, cell_fn, cell_grad, extras,
                     max_input_length, use_tpu, sequence_length,
@@ -216,11 +217,10 @@ def recurrent(theta: Any,
 Recurrent = recurrent
 
 
-@tf.autograph.experimental.do_not_convert
 def _recurrent(theta, state0, inputs, cell_fn, cell_grad, extras,
                max_input_length, use_tpu, sequence_length, checkpoint_every,
                accumulate_state, stop_fn, time_major, seed, xla_steps):
-  """`recurrent` once the user's callables are set; never converted."""
+  """`recurrent` once the user's callables are set."""
   theta = structs.to_tensors(theta, "theta")
   state0 = structs.to_tensors(state0, "state0")
   inputs = structs.to_tensors(inputs, "inputs")
@@ -283,21 +283,6 @@ def _is_none_or(value, python_int: int) -> bool:
                            value == python_int)
 
 
-def _converted_like_caller(fn):
-  """`fn` under AutoGraph when the caller is (a default `tf.function`).
-
-  The op's own code is never converted (its Python control flow is static);
-  the user's callables get what they would have got called directly.
-  """
-  if fn is None:
-    return None
-  status = tf.__internal__.autograph.control_status_ctx().status
-  if getattr(status, "name", "") != "ENABLED":
-    return fn
-  return tf.__internal__.autograph.tf_convert(
-      fn, tf.__internal__.autograph.control_status_ctx())
-
-
 def _check_inputs(inputs: Any) -> Optional[int]:
   """Checks that inputs are non-empty, of rank >= 1 and agree on T."""
   flat = tf.nest.flatten(inputs)
@@ -352,15 +337,17 @@ def _check_gradient_is_computable(step: probe_lib.StepProbe, cell_grad):
   if cell_grad is None and step.stateful_random_ops:
     raise UnrecomputableStepError(
         "cell_fn uses stateful random ops "
-        f"{step.stateful_random_ops[:3]}; the default gradient recomputes each "
-        "step and would draw different numbers. Use tf.random.stateless_* ops "
-        "seeded with tf_recurrent.step_seed(), or pass a cell_grad.")
+        f"({', '.join(step.stateful_random_ops)}); the default gradient "
+        "recomputes each step and would draw different numbers. Use "
+        "tf.random.stateless_* ops seeded with tf_recurrent.step_seed(), or "
+        "pass a cell_grad.")
   if cell_grad is None and step.variable_writes:
     raise UnrecomputableStepError(
-        f"cell_fn assigns to variables {step.variable_writes[:3]}; the default "
-        "gradient recomputes each step and would repeat the assignment and "
-        "see other values. Keep cell_fn free of side effects (draw random "
-        "numbers with tf_recurrent.step_seed()), or pass a cell_grad.")
+        f"cell_fn assigns to variables ({', '.join(step.variable_writes)}); "
+        "the default gradient recomputes each step and would repeat the "
+        "assignment and see other values. Keep cell_fn free of side effects "
+        "(draw random numbers with tf_recurrent.step_seed()), or pass a "
+        "cell_grad.")
   if cell_grad is not None and step.variables:
     raise ValueError(
         "cell_fn reads trainable variables "

@@ -88,8 +88,9 @@ class StepProbe:
     captured: Outer floating-point tensors `cell_fn` closes over.
     variables: Trainable variables `cell_fn` reads.
     uses_step_seed: Whether `cell_fn` calls `tf_recurrent.step_seed()`.
-    stateful_random_ops: Names of stateful random ops `cell_fn` creates.
-    variable_writes: Names of ops by which `cell_fn` assigns to variables.
+    stateful_random_ops: Types of the stateful random ops `cell_fn` creates.
+    variable_writes: Types of the ops by which `cell_fn` assigns to
+      variables.
     stateful_ops: `type (name)` of every stateful op `cell_fn` runs at its
       top level (a call of a stateful nested function names the function).
     fingerprint: What the traced step computes: a digest of its graph (ops,
@@ -279,11 +280,13 @@ def probe_step(cell_fn: Callable[..., Any],
   graph_def = graph.as_graph_def()
   op_types = [(op.type, op.name) for op in graph.get_operations()]
   for fdef in graph_def.library.function:
-    op_types += [(node.op, f"{fdef.signature.name}/{node.name}")
-                 for node in fdef.node_def]
-  stateful = sorted({name for op_type, name in op_types
+    op_types += [(node.op, node.name) for node in fdef.node_def]
+  # Op types, not names: a name holds the scopes of the trace (AutoGraph's
+  # of a converted cell_fn among them), and errors are the same in every
+  # mode.
+  stateful = sorted({op_type for op_type, _ in op_types
                      if _is_stateful_random(op_type)})
-  writes = sorted({name for op_type, name in op_types
+  writes = sorted({op_type for op_type, _ in op_types
                    if op_type in _VARIABLE_WRITES})
   stateful_ops = [_describe_op(op) for op in graph.get_operations()
                   if op.op_def.is_stateful and op.type not in _BOOKKEEPING]

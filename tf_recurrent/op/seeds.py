@@ -23,9 +23,12 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 
+from tf_recurrent.op import unconverted
+
 _scope = threading.local()
 
 
+@unconverted.entry_point
 def step_seed() -> tf.Tensor:
   """Returns a fresh seed for a `tf.random.stateless_*` op in this step.
 

@@ -33,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_recurrent.op import seeds
+from tf_recurrent.op import unconverted
 
 
 def _as_tensor(value, name):
@@ -91,6 +92,7 @@ def _symbolic(structure: Any) -> bool:
              for x in tf.nest.flatten(structure))
 
 
+@unconverted.entry_point
 def hardmax(logits: Any, name: Optional[str] = None) -> tf.Tensor:
   """One-hot of the argmax along the last axis.
 
@@ -112,6 +114,7 @@ def hardmax(logits: Any, name: Optional[str] = None) -> tf.Tensor:
     return tf.one_hot(tf.argmax(logits, -1), depth, dtype=logits.dtype)
 
 
+@unconverted.entry_point
 def safe_cumprod(x: Any, *args, **kwargs) -> tf.Tensor:
   """`tf.math.cumprod` as the exp of a cumsum of logs, clipped above 0.
 
@@ -139,6 +142,7 @@ def safe_cumprod(x: Any, *args, **kwargs) -> tf.Tensor:
                             **kwargs))
 
 
+@unconverted.entry_point
 def monotonic_attention(p_choose_i: Any, previous_attention: Any,
                         mode: str) -> tf.Tensor:
   """The expected monotonic alignment (Raffel et al. 2017).
@@ -228,7 +232,7 @@ def _serialize_layer(layer):
   return config
 
 
-class AttentionMechanism(keras.layers.Layer):
+class AttentionMechanism(unconverted.EntryPoint, keras.layers.Layer):
   """The base of the mechanisms: memory setup, masking, queries.
 
   Subclasses implement `_calculate_attention(query, state)` and create

@@ -25,6 +25,7 @@ import keras
 import tensorflow as tf
 
 from tf_recurrent.engine import tracking
+from tf_recurrent.op import unconverted
 from tf_recurrent.seq2seq import attention as attention_lib
 # Addons' module path `seq2seq.attention_wrapper` also held the mechanisms.
 from tf_recurrent.seq2seq.attention import AttentionMechanism  # pylint: disable=unused-import
@@ -109,7 +110,7 @@ def _check_cell(cell):
 
 
 @keras.saving.register_keras_serializable(package="tf_recurrent")
-class AttentionWrapper(keras.layers.Layer):
+class AttentionWrapper(unconverted.EntryPoint, keras.layers.Layer):
   """Wraps a Keras cell with attention over one or more mechanisms.
 
   Each step: the cell reads `cell_input_fn(inputs, previous attention)`,

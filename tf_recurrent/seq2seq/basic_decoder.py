@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_recurrent import engine
+from tf_recurrent.op import unconverted
 from tf_recurrent.seq2seq import decoder
 from tf_recurrent.seq2seq import sampler as sampler_py
 
@@ -63,7 +64,8 @@ class BasicDecoder(decoder.BaseDecoder):
 
   def initialize(self, inputs, initial_state=None, **kwargs):
     self._cell_dtype = tf.nest.flatten(initial_state)[0].dtype
-    return self.sampler.initialize(inputs, **kwargs) + (initial_state,)
+    return unconverted.like_caller(self.sampler.initialize)(
+        inputs, **kwargs) + (initial_state,)
 
   @property
   def batch_size(self):
@@ -131,7 +133,8 @@ class BasicDecoder(decoder.BaseDecoder):
     final_state = tf.nest.pack_sequence_as(state0, tf.nest.flatten(final))
     if self.output_layer is not None:
       outputs = self.output_layer(outputs)
-    sample_ids = self.sampler.sample(time=None, outputs=outputs, state=None)
+    sample_ids = unconverted.like_caller(self.sampler.sample)(
+        time=None, outputs=outputs, state=None)
     decoded = BasicDecoderOutput(outputs, sample_ids)
     if impute_finished:  # A finished sequence emits zeros, as in the loop.
       running = tf.sequence_mask(lengths, tf.shape(sample_ids)[0])
@@ -175,9 +178,10 @@ class BasicDecoder(decoder.BaseDecoder):
     cell_state = tf.nest.pack_sequence_as(state, tf.nest.flatten(cell_state))
     if self.output_layer is not None:
       cell_outputs = self.output_layer(cell_outputs)
-    sample_ids = self.sampler.sample(time=time, outputs=cell_outputs,
-                                     state=cell_state)
-    finished, next_inputs, next_state = self.sampler.next_inputs(
+    sample_ids = unconverted.like_caller(self.sampler.sample)(
+        time=time, outputs=cell_outputs, state=cell_state)
+    finished, next_inputs, next_state = unconverted.like_caller(
+        self.sampler.next_inputs)(
         time=time, outputs=cell_outputs, state=cell_state,
         sample_ids=sample_ids)
     return (BasicDecoderOutput(cell_outputs, sample_ids), next_state,

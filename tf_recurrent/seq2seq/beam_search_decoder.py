@@ -19,6 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tf_recurrent.op import unconverted
 from tf_recurrent.seq2seq import attention_wrapper
 from tf_recurrent.seq2seq import decoder
 from tf_recurrent.seq2seq.beam_search_ops import gather_tree
@@ -105,6 +106,7 @@ class FinalBeamSearchDecoderOutput(
   """
 
 
+@unconverted.entry_point
 def gather_tree_from_array(t: Any, parent_ids: Any,
                            sequence_length: Any) -> tf.Tensor:
   """Calculates the full beams for a `TensorArray`.
@@ -217,16 +219,6 @@ def _as_shape(value):
   return value
 
 
-def _like_caller(fn, autograph_ctx):
-  """`fn` converted by AutoGraph if its caller was (`autograph_ctx`), as a
-  direct call from there would have been. Keras layers never are (AutoGraph
-  does not convert Keras), nor the lambdas of this module."""
-  if autograph_ctx is None or fn is None or isinstance(
-      fn, keras.layers.Layer) or getattr(fn, "__module__", None) == __name__:
-    return fn
-  return tf.__internal__.autograph.tf_convert(fn, autograph_ctx)
-
-
 def _check_cell(cell):
   if not ("state_size" in dir(cell) and callable(cell)):
     raise TypeError("The argument 'cell' must be an RNN cell (a layer with "
@@ -291,7 +283,6 @@ class BeamSearchDecoderMixin:
     self._length_penalty_weight = length_penalty_weight
     self._coverage_penalty_weight = coverage_penalty_weight
     # The caller's AutoGraph context, for the user's callables (`__call__`).
-    self._autograph_ctx = None
 
   @property
   def batch_size(self):
@@ -566,8 +557,8 @@ class BeamSearchDecoderMixin:
       kwargs = ({"training": training}
                 if getattr(self._cell, "_call_has_training_arg", False)
                 else {})
-      cell_outputs, next_cell_state = _like_caller(
-          self._cell, self._autograph_ctx)(inputs, cell_state, **kwargs)
+      cell_outputs, next_cell_state = unconverted.like_caller(self._cell)(
+          inputs, cell_state, **kwargs)
       cell_outputs = tf.nest.map_structure(
           lambda out: self._split_batch_beams(out, out.shape[1:]),
           cell_outputs)
@@ -577,8 +568,8 @@ class BeamSearchDecoderMixin:
                                               next_cell_state)
 
       if self._output_layer is not None:
-        cell_outputs = _like_caller(self._output_layer,
-                                    self._autograph_ctx)(cell_outputs)
+        cell_outputs = unconverted.like_caller(self._output_layer)(
+            cell_outputs)
 
       beam_search_output, beam_search_state = _beam_search_step(
           time=time, logits=cell_outputs, next_cell_state=next_cell_state,
@@ -589,11 +580,10 @@ class BeamSearchDecoderMixin:
 
       finished = beam_search_state.finished
       sample_ids = beam_search_output.predicted_ids
+      embed = unconverted.like_caller(self._embedding_fn)
       next_inputs = tf.cond(tf.reduce_all(finished),
                             lambda: self._start_inputs,
-                            lambda: _like_caller(
-                                self._embedding_fn,
-                                self._autograph_ctx)(sample_ids))
+                            lambda: embed(sample_ids))
 
     return (beam_search_output, beam_search_state, next_inputs, finished)
 
@@ -721,8 +711,8 @@ class BeamSearchDecoder(BeamSearchDecoderMixin, decoder.BaseDecoder):
         self._maybe_split_batch_beams, initial_state)
     self._start_tokens = tf.tile(tf.expand_dims(self._start_tokens, 1),
                                  [1, self._beam_width])
-    self._start_inputs = _like_caller(
-        self._embedding_fn, self._autograph_ctx)(self._start_tokens)
+    self._start_inputs = unconverted.like_caller(self._embedding_fn)(
+        self._start_tokens)
 
     self._finished = tf.one_hot(
         tf.zeros([self._batch_size], dtype=tf.int32), depth=self._beam_width,
@@ -793,20 +783,11 @@ class BeamSearchDecoder(BeamSearchDecoderMixin, decoder.BaseDecoder):
   def __call__(self, embedding, start_tokens, end_token, initial_state,
                training=None, **kwargs):
     # Addons' positional order; decoding bypasses Keras's __call__ as
-    # BaseDecoder's does. The search's own Python control flow is static:
-    # AutoGraph, under which a default tf.function calls this, has nothing
-    # to convert in it (converting it made the traced cases of Addons'
-    # tests about 30% slower). The user's callables get what a direct call
-    # would have.
-    status = tf.__internal__.autograph.control_status_ctx()
-    self._autograph_ctx = (status if getattr(status.status, "name", "") ==
-                           "ENABLED" else None)
-    try:
-      return tf.autograph.experimental.do_not_convert(self.call)(
-          embedding, start_tokens, end_token, initial_state,
-          training=training, **kwargs)
-    finally:
-      self._autograph_ctx = None
+    # BaseDecoder's does. (AutoGraph converts none of it, `op/unconverted`;
+    # the user's callables get what a direct call would have.)
+    with unconverted.errors_as_raised():
+      return self.call(embedding, start_tokens, end_token, initial_state,
+                       training=training, **kwargs)
 
   def call(self, embedding, start_tokens, end_token, initial_state,
            training=None, **kwargs):

@@ -29,6 +29,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from tf_recurrent.op import unconverted
 from tf_recurrent.seq2seq import decoder
 
 
@@ -86,6 +87,7 @@ def _check_parents(ids, index, invalid, found_bad, dims):
     return tf.identity(ids)
 
 
+@unconverted.entry_point
 def gather_tree(step_ids: Any, parent_ids: Any, max_sequence_lengths: Any,
                 end_token: Any) -> tf.Tensor:
   """Calculates the full beams from the per-step ids and parent beam ids.

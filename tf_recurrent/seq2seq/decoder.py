@@ -15,6 +15,8 @@ from typing import Any, Optional, Tuple, Union
 import keras
 import tensorflow as tf
 
+from tf_recurrent.op import unconverted
+
 
 def transpose_batch_time(tensor):
   """Swaps the first two axes of a tensor of rank 2 or more."""
@@ -126,8 +128,9 @@ class BaseDecoder(_DecoderInterface, keras.layers.Layer):
     # Decoding is a loop over the decoder's own steps: Keras's call
     # machinery (symbolic tracing, input conversion of the state's
     # TensorArrays) has nothing to add and is bypassed.
-    return self.call(inputs, initial_state=initial_state, training=training,
-                     **kwargs)
+    with unconverted.errors_as_raised():
+      return self.call(inputs, initial_state=initial_state,
+                       training=training, **kwargs)
 
   def call(self, inputs, initial_state=None, training=None, **kwargs):
     init_kwargs = dict(kwargs, initial_state=initial_state)
@@ -196,6 +199,7 @@ def in_xla_context() -> bool:
       tf.compat.v1.get_default_graph())
 
 
+@unconverted.entry_point
 def dynamic_decode(decoder: Union[Decoder, BaseDecoder],
                    output_time_major: bool = False,
                    impute_finished: bool = False,
@@ -252,7 +256,8 @@ def dynamic_decode(decoder: Union[Decoder, BaseDecoder],
       raise ValueError("maximum_iterations is required for XLA compilation.")
 
     if isinstance(decoder, Decoder):
-      initial_finished, initial_inputs, initial_state = decoder.initialize()
+      initial_finished, initial_inputs, initial_state = (
+          unconverted.like_caller(decoder.initialize)())
     else:
       init_input = kwargs.pop("decoder_init_input", None)
       init_kwargs = kwargs.pop("decoder_init_kwargs", {})
@@ -265,8 +270,9 @@ def dynamic_decode(decoder: Union[Decoder, BaseDecoder],
             **init_kwargs)
         if decoded is not None:
           return decoded
-      initial_finished, initial_inputs, initial_state = decoder.initialize(
-          init_input, **init_kwargs)
+      initial_finished, initial_inputs, initial_state = (
+          unconverted.like_caller(decoder.initialize)(init_input,
+                                                      **init_kwargs))
 
     def zeros(shape, dtype):
       z = tf.zeros(_prepend_batch(decoder.batch_size, shape), dtype=dtype)
@@ -307,7 +313,8 @@ def dynamic_decode(decoder: Union[Decoder, BaseDecoder],
 
     def body(time, outputs_ta, state, inputs, finished, sequence_lengths):
       next_outputs, decoder_state, next_inputs, decoder_finished = (
-          decoder.step(time, inputs, state, training))
+          unconverted.like_caller(decoder.step)(time, inputs, state,
+                                                training))
       state_lengths = False
       if decoder.tracks_own_finished:
         next_finished = decoder_finished
@@ -364,7 +371,7 @@ def dynamic_decode(decoder: Union[Decoder, BaseDecoder],
     final_outputs = tf.nest.map_structure(lambda ta: ta.stack(), res[1])
     final_state, final_sequence_lengths = res[2], res[5]
     try:
-      final_outputs, final_state = decoder.finalize(
+      final_outputs, final_state = unconverted.like_caller(decoder.finalize)(
           final_outputs, final_state, final_sequence_lengths)
     except NotImplementedError:
       pass

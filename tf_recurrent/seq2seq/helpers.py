@@ -5,6 +5,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from tf_recurrent.op import unconverted
+
 
 def _tile_batch(t, multiplier):
   t = tf.convert_to_tensor(t, name="t")
@@ -20,6 +22,7 @@ def _tile_batch(t, multiplier):
   return tiled
 
 
+@unconverted.entry_point
 def tile_batch(t: Any, multiplier: int, name: str = None) -> Any:
   """Repeats each batch entry `multiplier` times, entries kept together.
 

@@ -7,6 +7,8 @@ from typing import Any, Callable, Optional
 import keras
 import tensorflow as tf
 
+from tf_recurrent.op import unconverted
+
 
 def _check_flags(average_across_timesteps, average_across_batch,
                  sum_over_timesteps, sum_over_batch):
@@ -24,6 +26,7 @@ def _check_flags(average_across_timesteps, average_across_batch,
                      "set to True at same time because of ambiguous order.")
 
 
+@unconverted.entry_point
 def sequence_loss(logits: Any, targets: Any, weights: Any,
                   average_across_timesteps: bool = True,
                   average_across_batch: bool = True,
@@ -109,7 +112,7 @@ def sequence_loss(logits: Any, targets: Any, weights: Any,
 
 
 @keras.saving.register_keras_serializable(package="tf_recurrent")
-class SequenceLoss(keras.losses.Loss):
+class SequenceLoss(unconverted.EntryPoint, keras.losses.Loss):
   """`sequence_loss` as a Keras 3 loss (`model.compile(loss=...)`).
 
   Its defaults sum over time and batch, divided by the non-zero weights;

@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
+from tf_recurrent.op import unconverted
 from tf_recurrent.seq2seq import decoder
 from tf_recurrent.seq2seq import helpers
 
@@ -117,17 +118,19 @@ class CustomSampler(_BatchSized):
     return self._sample_ids_dtype
 
   def initialize(self, inputs, **kwargs):
-    finished, next_inputs = self._initialize_fn(inputs, **kwargs)
+    finished, next_inputs = unconverted.like_caller(self._initialize_fn)(
+        inputs, **kwargs)
     if self._batch_size is None:
       self._batch_size = tf.size(finished)
     return finished, next_inputs
 
   def sample(self, time, outputs, state):
-    return self._sample_fn(time=time, outputs=outputs, state=state)
+    return unconverted.like_caller(self._sample_fn)(
+        time=time, outputs=outputs, state=state)
 
   def next_inputs(self, time, outputs, state, sample_ids):
-    return self._next_inputs_fn(time=time, outputs=outputs, state=state,
-                                sample_ids=sample_ids)
+    return unconverted.like_caller(self._next_inputs_fn)(
+        time=time, outputs=outputs, state=state, sample_ids=sample_ids)
 
 
 def _unstack_ta(inp):
@@ -308,7 +311,8 @@ class ScheduledEmbeddingTrainingSampler(TrainingSampler):
       where_not = tf.cast(tf.where(sample_ids <= -1), tf.int32)
       kept = tf.gather_nd(base_next_inputs, where_not)
       sampled = tf.cast(
-          self.embedding_fn(tf.gather_nd(sample_ids, where_sampling)),
+          unconverted.like_caller(self.embedding_fn)(
+              tf.gather_nd(sample_ids, where_sampling)),
           kept.dtype)
       return _merge_by_index(where_sampling, sampled, where_not, kept,
                              tf.shape(base_next_inputs))
@@ -395,7 +399,8 @@ class ScheduledOutputTrainingSampler(TrainingSampler):
       where_sampling = tf.cast(tf.where(sample_ids), tf.int32)
       where_not = tf.cast(tf.where(tf.logical_not(sample_ids)), tf.int32)
       sampled = with_auxiliary(
-          self.next_inputs_fn(tf.gather_nd(outputs, where_sampling)),
+          unconverted.like_caller(self.next_inputs_fn)(
+              tf.gather_nd(outputs, where_sampling)),
           where_sampling)
       return _merge_by_index(where_sampling, sampled, where_not,
                              tf.gather_nd(base_next_inputs, where_not),
@@ -441,7 +446,8 @@ class GreedyEmbeddingSampler(_IdSampler):
     self._batch_size = tf.size(self.start_tokens)
     if self.end_token.shape.ndims != 0:
       raise ValueError("end_token must be a scalar")
-    self.start_inputs = self.embedding_fn(self.start_tokens)
+    self.start_inputs = unconverted.like_caller(self.embedding_fn)(
+        self.start_tokens)
     finished = tf.tile([False], [self._batch_size])
     return finished, self.start_inputs
 
@@ -455,8 +461,9 @@ class GreedyEmbeddingSampler(_IdSampler):
   def next_inputs(self, time, outputs, state, sample_ids):
     del time, outputs
     finished = tf.equal(sample_ids, self.end_token)
+    embed = unconverted.like_caller(self.embedding_fn)
     next_inputs = tf.cond(tf.reduce_all(finished), lambda: self.start_inputs,
-                          lambda: self.embedding_fn(sample_ids))
+                          lambda: embed(sample_ids))
     return finished, next_inputs, state
 
 
@@ -538,13 +545,14 @@ class InferenceSampler(_BatchSized):
 
   def sample(self, time, outputs, state):
     del time, state
-    return self.sample_fn(outputs)
+    return unconverted.like_caller(self.sample_fn)(outputs)
 
   def next_inputs(self, time, outputs, state, sample_ids):
     del time, outputs
-    next_inputs = (sample_ids if self.next_inputs_fn is None
-                   else self.next_inputs_fn(sample_ids))
-    return self.end_fn(sample_ids), next_inputs, state
+    next_inputs = (
+        sample_ids if self.next_inputs_fn is None else
+        unconverted.like_caller(self.next_inputs_fn)(sample_ids))
+    return unconverted.like_caller(self.end_fn)(sample_ids), next_inputs, state
 
 
 def _call_sampler(sample_n_fn, sample_shape):
