@@ -82,7 +82,10 @@ def errors_as_raised() -> Iterator[None]:
     yield
   except Exception as e:  # pylint: disable=broad-except
     if not hasattr(e, "ag_error_metadata"):
-      e.ag_pass_through = True
+      try:
+        e.ag_pass_through = True
+      except AttributeError:  # An error without a __dict__: left as it is.
+        pass
     raise
 
 
