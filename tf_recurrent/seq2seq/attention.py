@@ -301,6 +301,20 @@ class AttentionMechanism(unconverted.EntryPoint, keras.layers.Layer):
     """Whether a memory has been set up."""
     return self._memory_initialized
 
+  @property
+  def has_symbolic_memory(self) -> bool:
+    """Whether the mechanism was given a functional model's symbolic memory.
+
+    Such a memory is taken when the mechanism is queried inside that model;
+    an `AttentionWrapper` needs `setup_memory` called with real tensors.
+
+    >>> import numpy as np
+    >>> mechanism = LuongAttention(3, memory=np.ones([2, 4, 3], "float32"))
+    >>> mechanism.has_symbolic_memory, mechanism.memory_initialized
+    (False, True)
+    """
+    return self._symbolic_memory is not None
+
   def build(self, input_shape):
     # Keras 3 locks a built layer's state; this build runs twice (memory
     # shape, then query shapes), so it reopens it.

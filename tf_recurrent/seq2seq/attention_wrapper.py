@@ -242,7 +242,7 @@ class AttentionWrapper(unconverted.EntryPoint, keras.layers.Layer):
 
   def _attention_mechanisms_checks(self):
     for mechanism in self._attention_mechanisms:
-      if mechanism._symbolic_memory is not None and not mechanism.memory_initialized:  # pylint: disable=protected-access
+      if mechanism.has_symbolic_memory and not mechanism.memory_initialized:
         raise ValueError(
             f"The memory of {mechanism.name} is a functional model's symbolic "
             "tensor, which a mechanism queried in that model takes; an "
