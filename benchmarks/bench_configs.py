@@ -49,6 +49,7 @@ from absl import flags
 from benchmarks.common import environment
 from benchmarks.common import peak_rss_bytes
 from benchmarks.common import peak_rss_of_children
+from benchmarks.common import training_step
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("lengths", ["250", "1000"], "Sequence lengths timed.")
@@ -196,13 +197,7 @@ def _build(config: str, impl: str, T: int, B: int, D: int, H: int,
     return tf.gradients(loss, [w.value if isinstance(w, keras.Variable)
                                else w for w in weights])
 
-  @tf.function(jit_compile=jit)
-  def step():
-    with tf.GradientTape() as tape:
-      loss = tf.reduce_mean(tf.square(outputs()))
-    return tape.gradient(loss, weights)
-
-  return lambda: [g.numpy() for g in step()]
+  return training_step(outputs, weights, jit)
 
 
 def _layer(layer_name: str, options, impl: str, H: int, keras, tf_recurrent):

@@ -38,6 +38,7 @@ from benchmarks.common import environment
 from benchmarks.common import interleaved_medians
 from benchmarks.common import peak_rss_slope
 from benchmarks.common import run_child
+from benchmarks.common import training_step
 from benchmarks.common import write_results
 
 FLAGS = flags.FLAGS
@@ -81,13 +82,7 @@ def build_step(name: str, steps: int, jit: bool) -> Callable[[], object]:
       return tf.compat.v1.nn.dynamic_rnn(cell, x, initial_state=state0)[0]
     return layer(x)
 
-  @tf.function(jit_compile=jit)
-  def step():
-    with tf.GradientTape() as tape:
-      loss = tf.reduce_mean(tf.square(outputs()))
-    return tape.gradient(loss, cell.trainable_weights)
-
-  return lambda: [g.numpy() for g in step()]
+  return training_step(outputs, cell.trainable_weights, jit)
 
 
 def memory_slope(name: str, jit: bool) -> Dict[str, object]:

@@ -240,6 +240,22 @@ def environment() -> Dict[str, str]:
   return env
 
 
+def training_step(outputs: Callable[[], Any], weights: List[Any],
+                  jit: bool) -> Callable[[], object]:
+  """The benchmarks' training step: the mean square of `outputs()`, its
+  gradients of `weights`, in a `tf.function` (XLA when `jit`); the returned
+  callable runs it and waits for the gradients."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  @tf.function(jit_compile=jit)
+  def step():
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_mean(tf.square(outputs()))
+    return tape.gradient(loss, weights)
+
+  return lambda: [g.numpy() for g in step()]
+
+
 def best_seconds(step: Callable[[], object], repeats: int) -> float:
   """Warms `step` up (trace, compile), then the best of `repeats` runs."""
   step()

@@ -9,6 +9,7 @@ all weights), its result copied to the host.
 from typing import Callable
 
 from benchmarks import linear_report
+from benchmarks.common import training_step
 
 LINEAR, LSTM = linear_report.LINEAR, linear_report.LSTM
 FLOORS = [name.split(".")[1] + linear_report.FLOOR_SUFFIX for name in LINEAR]
@@ -68,13 +69,7 @@ def tf_step(name: str, steps: int, jit: bool, batch: int, units: int,
     def outputs():
       return layer(x)
 
-  @tf.function(jit_compile=jit)
-  def step():
-    with tf.GradientTape() as tape:
-      loss = tf.reduce_mean(tf.square(outputs()))
-    return tape.gradient(loss, weights)
-
-  return lambda: [g.numpy() for g in step()]
+  return training_step(outputs, weights, jit)
 
 
 def jax_min_gru_loss(kernel, bias, x, associative: bool):
