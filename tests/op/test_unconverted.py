@@ -209,3 +209,37 @@ def test_errors_as_raised_leaves_the_users_converted_errors_to_autograph():
     run()
   assert "in user code" in str(raised.value)
   assert unconverted.like_caller(None) is None
+
+
+def listing_cell(theta, state, x):
+  """A cell with Python lists: an empty literal filled by `append`, and
+  Lingvo's `[]` for no extras."""
+  terms = []
+  terms.append(tf.matmul(state["h"], theta["w"]))
+  terms.append(x)
+  return {"h": tf.tanh(terms[0] + terms[1])}, []
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["function", "xla"])
+def test_user_callables_converted_with_the_callers_features(jit):
+  """The user's callable is converted with the caller's AutoGraph features:
+  a default `tf.function` leaves Python lists alone (list conversion is an
+  optional feature), so a cell's `[]` stays a list, not a TensorList, which
+  XLA cannot compile (it failed to) and which would become an extra."""
+  rng = np.random.default_rng(5)
+  theta = {"w": tf.constant(rng.normal(size=[3, 3]), tf.float32)}
+  x = tf.constant(rng.normal(size=[4, 2, 3]), tf.float32)
+
+  def values_and_grads(theta, x):
+    with tf.GradientTape() as tape:
+      tape.watch([theta, x])
+      acc, final = tf_recurrent.recurrent(
+          theta, {"h": tf.zeros([2, 3])}, x, listing_cell)
+      loss = tf.reduce_sum(acc["h"] * tf.range(1.0, 4.0)) + tf.reduce_sum(
+          final["h"])
+    return acc["h"], tape.gradient(loss, [theta["w"], x])
+
+  expected = values_and_grads(theta, x)
+  got = tf.function(values_and_grads, jit_compile=jit)(theta, x)
+  for g, e in zip(tf.nest.flatten(got), tf.nest.flatten(expected)):
+    np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)

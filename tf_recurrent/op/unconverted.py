@@ -165,7 +165,13 @@ def like_caller(fn: Any) -> Any:
   # says disabled, so the caller's status is restored around the call.
   # (Not `tf_convert`, whose wrapper rebuilds the user's errors once more
   # on their way out: a type it rebuilt could not be rebuilt again.)
-  options = converter.ConversionOptions(recursive=True, user_requested=False)
+  # With the caller's optional features: a default tf.function uses none
+  # (ConversionOptions' own default, all of them, turns an empty list
+  # literal into a TensorList, which XLA cannot compile).
+  callers_options = getattr(caller, "options", None)
+  options = converter.ConversionOptions(
+      recursive=True, user_requested=False,
+      optional_features=getattr(callers_options, "optional_features", None))
 
   def in_callers_status(*args, **kwargs):
     with caller:
