@@ -53,6 +53,12 @@ def exported(model, tmp_path_factory):
   return path
 
 
+@pytest.fixture(scope="module")
+def loaded(exported):
+  """The streaming SavedModel reloaded, once for the tests that serve it."""
+  return tf.saved_model.load(exported)
+
+
 def assert_same(got, want, tol=0.0):
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=tol,
                              atol=tol)
@@ -93,10 +99,9 @@ def stepped(step, initial, x):
   return np.stack(outputs, 1)
 
 
-def test_saved_model_serves_sequences_and_steps(model, inputs, exported):
+def test_saved_model_serves_sequences_and_steps(model, inputs, loaded):
   """The one-step signature starts from each layer's own initial state:
   minGRU's and minLSTM's g(0) = 0.5, not zeros."""
-  loaded = tf.saved_model.load(exported)
   assert_same(loaded.signatures["serve"](inputs=inputs)["output"],
               model(inputs), tol=1e-6)
   initial = loaded.signatures["initial_state"](batch_size=tf.constant(B))
@@ -109,7 +114,7 @@ def test_saved_model_serves_sequences_and_steps(model, inputs, exported):
   assert_same(stepped(step, initial, inputs), model(inputs), tol=1e-5)
 
 
-def test_tflite_steps_the_saved_model_step(model, inputs, exported):
+def test_tflite_steps_the_saved_model_step(model, inputs, exported, loaded):
   """The SavedModel's step signature converts to builtin TFLite ops only
   (the whole-sequence call does not: its loop writes in place) and steps
   from the initial_state signature's state."""
@@ -123,8 +128,8 @@ def test_tflite_steps_the_saved_model_step(model, inputs, exported):
   assert not [op for op in ops if op.startswith("Flex")], ops
   runner = tf.lite.Interpreter(
       model_content=flatbuffer).get_signature_runner()
-  initial = {k: v.numpy() for k, v in tf.saved_model.load(
-      exported).signatures["initial_state"](batch_size=tf.constant(B)).items()}
+  initial = {k: v.numpy() for k, v in loaded.signatures["initial_state"](
+      batch_size=tf.constant(B)).items()}
 
   def step(x_t, states):
     out = runner(inputs=np.asarray(x_t), **states)
