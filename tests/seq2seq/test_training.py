@@ -176,10 +176,11 @@ def test_training_sampler_decodes_on_the_op_as_the_loop(
                       lambda *a, **k: calls.append(1) or recurrent(*a, **k))
   results = []
   # The reference, dynamic_decode's tf.while_loop, runs eagerly (tracing it
-  # too cost as much as the op's run), but under XLA, whose loop pads the
-  # outputs to maximum_iterations steps as the op's does.
-  loop_mode = "xla" if mode == "xla" else "eager"
-  for kind, kind_mode in ((seq2seq.BasicDecoder, mode), (LoopOnly, loop_mode)):
+  # too cost as much as the op's run; compiling it, twice that). Under XLA
+  # the op's outputs have maximum_iterations steps, as the loop's fixed-size
+  # arrays have there: the eager loop's outputs get the compiled loop's
+  # zeros past its last step (the loop under XLA: test_decoder_formulas).
+  for kind, kind_mode in ((seq2seq.BasicDecoder, mode), (LoopOnly, "eager")):
     basic = kind(decoder.cell,
                  seq2seq.TrainingSampler(time_major=sampler_time_major),
                  output_layer=project, impute_finished=impute,
@@ -201,6 +202,14 @@ def test_training_sampler_decodes_on_the_op_as_the_loop(
               decoder.variables + project.trainable_variables + [memory, x])
 
     results.append(values_and_grads(kind_mode, build))
+  if mode == "xla":
+    values, grads = results[1]
+    time_axis = 0 if output_time_major else 1
+    for i in range(2):  # rnn_output and sample_id.
+      pad = [[0, 0]] * values[i].shape.rank
+      pad[time_axis] = [0, maximum - values[i].shape[time_axis]]
+      values[i] = tf.pad(values[i], pad)
+    results[1] = (values, grads)
   assert calls, "the teacher-forced decode did not run on the op"
   assert_all_close(results[0], results[1], tol=1e-10)
 
