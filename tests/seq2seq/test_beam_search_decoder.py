@@ -570,19 +570,26 @@ def test_large_beam_step():
 # case without attention decodes as its twin with the other
 # with_alignment_history (the option is the AttentionWrapper's), so the
 # twins share one decoder and its run (each assertion still runs per case).
+# The eager_mode and tf_function cases of the same options share the
+# decoder, its layers and its tf.function (each runs it in its own mode):
+# the eager run builds the weights, so the tf.function's trace creates no
+# variable and is not traced a second time without them.
+_BEAM_SEARCH_MODELS = {}
 _BEAM_SEARCH_DECODES = {}
 
 
 def _beam_search_decode(
     cell_class, time_major, has_attention, with_alignment_history, output_all_scores
 ):
-    key = (cell_class, time_major, has_attention,
-           has_attention and with_alignment_history, output_all_scores,
-           tf.config.functions_run_eagerly())
+    options = (cell_class, time_major, has_attention,
+               has_attention and with_alignment_history, output_all_scores)
+    key = options + (tf.config.functions_run_eagerly(),)
     if key not in _BEAM_SEARCH_DECODES:
-        _BEAM_SEARCH_DECODES[key] = _make_beam_search_decode(
-            cell_class, time_major, has_attention, with_alignment_history,
-            output_all_scores)
+        if options not in _BEAM_SEARCH_MODELS:
+            _BEAM_SEARCH_MODELS[options] = _make_beam_search_decode(
+                cell_class, time_major, has_attention, with_alignment_history,
+                output_all_scores)
+        _BEAM_SEARCH_DECODES[key] = _BEAM_SEARCH_MODELS[options]()
     return _BEAM_SEARCH_DECODES[key]
 
 
@@ -664,13 +671,16 @@ def _make_beam_search_decode(
             initial_state=cell_state,
         )
 
-    memory = tf.random.normal([batch_size, decoder_max_time, input_depth])
-    memory_sequence_length = tf.constant(encoder_sequence_length, dtype=tf.int32)
-    final_outputs, final_state, final_sequence_lengths = _beam_decode_from(
-        memory, memory_sequence_length
-    )
-    return (bsd, final_outputs, final_state, final_sequence_lengths, batch_size,
-            beam_width, vocab_size)
+    def run():
+        memory = tf.random.normal([batch_size, decoder_max_time, input_depth])
+        memory_sequence_length = tf.constant(encoder_sequence_length, dtype=tf.int32)
+        final_outputs, final_state, final_sequence_lengths = _beam_decode_from(
+            memory, memory_sequence_length
+        )
+        return (bsd, final_outputs, final_state, final_sequence_lengths, batch_size,
+                beam_width, vocab_size)
+
+    return run
 
 
 @pytest.mark.parametrize("output_all_scores", [True, False])

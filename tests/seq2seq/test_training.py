@@ -176,10 +176,11 @@ def test_training_sampler_decodes_on_the_op_as_the_loop(
                       lambda *a, **k: calls.append(1) or recurrent(*a, **k))
   results = []
   # The reference, dynamic_decode's tf.while_loop, runs eagerly (tracing it
-  # too cost as much as the op's run), but under XLA, whose loop pads the
-  # outputs to maximum_iterations steps as the op's does.
-  loop_mode = "xla" if mode == "xla" else "eager"
-  for kind, kind_mode in ((seq2seq.BasicDecoder, mode), (LoopOnly, loop_mode)):
+  # too cost as much as the op's run; compiling it, twice that). Under XLA
+  # the op's outputs have maximum_iterations steps, as the loop's fixed-size
+  # arrays have there: the eager loop's outputs get the compiled loop's
+  # zeros past its last step (the loop under XLA: test_decoder_formulas).
+  for kind, kind_mode in ((seq2seq.BasicDecoder, mode), (LoopOnly, "eager")):
     basic = kind(decoder.cell,
                  seq2seq.TrainingSampler(time_major=sampler_time_major),
                  output_layer=project, impute_finished=impute,
@@ -201,69 +202,107 @@ def test_training_sampler_decodes_on_the_op_as_the_loop(
               decoder.variables + project.trainable_variables + [memory, x])
 
     results.append(values_and_grads(kind_mode, build))
+  if mode == "xla":
+    values, grads = results[1]
+    time_axis = 0 if output_time_major else 1
+    for i in range(2):  # rnn_output and sample_id.
+      pad = [[0, 0]] * values[i].shape.rank
+      pad[time_axis] = [0, maximum - values[i].shape[time_axis]]
+      values[i] = tf.pad(values[i], pad)
+    results[1] = (values, grads)
   assert calls, "the teacher-forced decode did not run on the op"
   assert_all_close(results[0], results[1], tol=1e-10)
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_sigmoid_noise_on_the_op(mode, monkeypatch):
-  """A monotonic mechanism's sigmoid_noise is a stateful draw, which the
-  op refused ("cell_fn uses stateful random ops"); on the op it is drawn
-  from the step's seed, so each recomputed step sees the noise its forward
-  pass saw: values and gradients are a static unroll's drawing the same
-  noise (the op's base seed fixed), and the noise changes the outputs."""
-  from tf_recurrent.op import op, seeds  # pylint: disable=g-import-not-at-top
-  base_seed = [7, 8]
-  recurrent = op.recurrent
-  monkeypatch.setattr(op, "recurrent", lambda *args, **kwargs: recurrent(
-      *args, **dict(kwargs, seed=base_seed)))
-  memory = tf.random.stateless_normal([2, 5, 4], seed=[1, 2], dtype=tf.float64)
-  x = tf.random.stateless_normal([2, 3, 3], seed=[3, 4], dtype=tf.float64)
+class NoisyWrapper:
+  """A monotonic mechanism with sigmoid_noise in an AttentionWrapper on the
+  op, built once for every mode, with its twin without noise (the same
+  weights) and a static unroll drawing the noise as the op hands it out."""
 
-  def wrapper(noise):
+  def __init__(self):
+    self.base_seed = [7, 8]
+    self.memory = tf.random.stateless_normal([2, 5, 4], seed=[1, 2],
+                                             dtype=tf.float64)
+    self.x = tf.random.stateless_normal([2, 3, 3], seed=[3, 4],
+                                        dtype=tf.float64)
+    self.mechanism, self.cell = self.wrapper(1.0)
+    self.layer = tf_recurrent.RNN(self.cell, return_sequences=True,
+                                  dtype="float64")
+    quiet_mechanism, quiet_cell = self.wrapper(0.0)
+    quiet = tf_recurrent.RNN(quiet_cell, return_sequences=True,
+                             dtype="float64")
+    self.layer(self.x), quiet(self.x)
+    quiet.set_weights(self.layer.get_weights())
+    # The keys anew, from the memory layer's new weights (the construction's
+    # are the initial weights' keys: without this the outputs differed
+    # without any noise).
+    quiet_mechanism.setup_memory(self.memory)
+    self.quiet_outputs = quiet(self.x)
+    self.unrolled_results = {}
+
+  def wrapper(self, noise):
     mechanism = seq2seq.BahdanauMonotonicAttention(
-        6, memory=memory, sigmoid_noise=noise, sigmoid_noise_seed=5,
+        6, memory=self.memory, sigmoid_noise=noise, sigmoid_noise_seed=5,
         dtype="float64")
     return mechanism, seq2seq.AttentionWrapper(
         keras.layers.LSTMCell(7, dtype="float64"), mechanism,
         attention_layer_size=5, dtype="float64")
 
-  mechanism, cell = wrapper(1.0)
-  layer = tf_recurrent.RNN(cell, return_sequences=True, dtype="float64")
-  quiet = tf_recurrent.RNN(wrapper(0.0)[1], return_sequences=True,
-                           dtype="float64")
-  layer(x), quiet(x)
-  quiet.set_weights(layer.get_weights())
-
-  def on_the_op(watch):
+  def on_the_op(self, watch):
     del watch
-    mechanism.setup_memory(memory)  # In the step, as an encoder's output.
-    outputs = layer(x)
-    return outputs, tf.reduce_sum(tf.sin(outputs)), layer.trainable_variables
+    self.mechanism.setup_memory(self.memory)  # In the step, as an encoder's.
+    outputs = self.layer(self.x)
+    return (outputs, tf.reduce_sum(tf.sin(outputs)),
+            self.layer.trainable_variables)
 
-  def unrolled(watch):
+  def unrolled(self, watch):
     # Step t's first seed, as the op hands it out (op/seeds.py).
+    from tf_recurrent.op import seeds  # pylint: disable=g-import-not-at-top
     del watch
-    mechanism.setup_memory(memory)
-    state = cell.get_initial_state(batch_size=2, dtype=tf.float64)
+    self.mechanism.setup_memory(self.memory)
+    state = self.cell.get_initial_state(batch_size=2, dtype=tf.float64)
     outputs = []
     for t in range(3):
-      step = tf.random.experimental.stateless_fold_in(base_seed, t)
+      step = tf.random.experimental.stateless_fold_in(self.base_seed, t)
       with pytest.MonkeyPatch.context() as patch:
         patch.setattr(seeds, "in_step", lambda: True)
         patch.setattr(seeds, "step_seed", lambda step=step: (
             tf.random.experimental.stateless_fold_in(step, 0)))
-        output, state = cell(x[:, t], state)
+        output, state = self.cell(self.x[:, t], state)
       outputs.append(output)
     outputs = tf.stack(outputs, 1)
-    return outputs, tf.reduce_sum(tf.sin(outputs)), layer.trainable_variables
+    return (outputs, tf.reduce_sum(tf.sin(outputs)),
+            self.layer.trainable_variables)
 
-  got = values_and_grads(mode, on_the_op)
+  def unrolled_in(self, mode):
+    if mode not in self.unrolled_results:
+      self.unrolled_results[mode] = values_and_grads(mode, self.unrolled)
+    return self.unrolled_results[mode]
+
+
+@pytest.fixture(scope="module")
+def noisy_wrapper():
+  return NoisyWrapper()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sigmoid_noise_on_the_op(noisy_wrapper, mode, monkeypatch):
+  """A monotonic mechanism's sigmoid_noise is a stateful draw, which the
+  op refused ("cell_fn uses stateful random ops"); on the op it is drawn
+  from the step's seed, so each recomputed step sees the noise its forward
+  pass saw: values and gradients are a static unroll's drawing the same
+  noise (the op's base seed fixed), and the noise changes the outputs."""
+  from tf_recurrent.op import op  # pylint: disable=g-import-not-at-top
+  recurrent = op.recurrent
+  monkeypatch.setattr(op, "recurrent", lambda *args, **kwargs: recurrent(
+      *args, **dict(kwargs, seed=noisy_wrapper.base_seed)))
+  got = values_and_grads(mode, noisy_wrapper.on_the_op)
   # XLA's stateless normal draws other numbers than TensorFlow's kernel:
   # the unroll is compiled too.
-  want = values_and_grads("xla" if mode == "xla" else "eager", unrolled)
+  want = noisy_wrapper.unrolled_in("xla" if mode == "xla" else "eager")
   assert_all_close(got, want, tol=1e-10)
-  assert float(tf.reduce_max(tf.abs(got[0][0] - quiet(x)))) > 1e-3
+  assert float(tf.reduce_max(tf.abs(got[0][0] - noisy_wrapper.quiet_outputs))
+               ) > 1e-3
 
 
 def teacher_forced_model(x_dtype=tf.float32):
