@@ -274,3 +274,29 @@ def test_rglru_decay_starts_uniform_in_its_range():
 def test_bad_arguments_get_clear_errors(make, match):
   with pytest.raises(ValueError, match=match):
     make()
+
+
+def test_mixed_precision_under_xla_writes_in_place():
+  """Under XLA the outputs and the input gradient are written chunk by
+  chunk into bfloat16 buffers in the call's layout (T=41 with chunks of 2:
+  a last chunk of one step): within bfloat16's precision of the float32
+  layer run eagerly, gradients too."""
+  x = tf.random.stateless_normal((B, 41, H), seed=[7, 8])
+  results = []
+  for dtype, mode in (("float32", "eager"),
+                      (keras.DTypePolicy("mixed_bfloat16"), "xla")):
+    layer = random_layer("rglru", dtype=dtype, seed=5, return_state=False)
+
+    def run(x, layer=layer):
+      with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = layer(x)
+        loss = tf.reduce_sum(tf.cast(y, tf.float32) ** 2)
+      return [y] + tape.gradient(loss, [x] + layer.trainable_variables)
+
+    results.append(in_mode(mode, run)(x))
+  assert results[1][0].dtype == tf.bfloat16
+  for got, want in zip(results[1], results[0]):
+    want = np.asarray(want)
+    np.testing.assert_allclose(np.asarray(tf.cast(got, tf.float32)), want,
+                               atol=2e-2 * np.abs(want).max())

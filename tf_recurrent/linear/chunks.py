@@ -5,9 +5,9 @@ chunks of at most `chunk` steps, and in each chunk a `tf.while_loop` over
 its steps. A chunk gathers its `[K, B, ...]` rows of a, b (or of whatever
 the caller builds them from) from the call's layout once, so that a step
 reads an aliased leading-axis slice, and writes its K outputs as one block
-of a dense buffer (`accumulators.InPlaceBlocks`: a tensor a gradient
-function may capture, written in place). No time-major copy of a whole
-input lives across the call.
+of a dense buffer (`Blocks`: a tensor a gradient function may capture,
+written in place; under XLA the result itself, in the call's layout). No
+time-major copy of a whole input lives across the call.
 
 The gradient is the same loop run the other way over the adjoint
 (`adjoint_steps`): g_t = dL/dh_t + a_{t+1} g_{t+1}, carried between steps
@@ -26,6 +26,9 @@ the outputs are written back in the inputs' dtype.
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
+# XLA's dynamic-update-slice: a block written in place at any offset of
+# any axis (TensorFlow's own in-place writes are along the leading axis).
+from tensorflow.compiler.tf2xla.python import xla  # pylint: disable=g-direct-tensorflow-import
 
 from tf_recurrent.op import accumulators
 
@@ -151,10 +154,24 @@ class Grid:
 
 class Blocks:
   """One `[K, B, ...]` block per chunk, written in place, read back as the
-  `[T, ...]` rows in the call's layout."""
+  `[T, ...]` rows in the call's layout.
+
+  Under XLA the buffer is the result itself, in the call's layout: each
+  block is written where its rows go (a dynamic-update-slice, in place).
+  Time-major blocks joined by a transpose held a batch-major result twice
+  (the blocks and the transpose), and XLA laid the transpose out
+  time-major and copied it once more into the batch-major layout the
+  backward loop read. The TF executor writes in place only along the
+  leading axis (`InplaceUpdate`): time-major blocks there, transposed once
+  at the join.
+  """
 
   def __init__(self, grid: Grid, like: Tensor, dtype: tf.DType):
     self._grid = grid
+    self.static_shape = like.shape
+    if grid.use_xla:
+      self._shape, self._dtype = tf.shape(like), dtype
+      return
     time_major_shape = _swap_shape(like) if not grid.time_major else (
         tf.shape(like))
     static = like.shape if grid.time_major else _swap_static(like.shape)
@@ -165,21 +182,55 @@ class Blocks:
             static[1:]))
     self._acc = accumulators.InPlaceBlocks(
         template, grid.count, grid.use_xla)
-    self.static_shape = like.shape
 
   def empty(self) -> Tensor:
+    if self._grid.use_xla:
+      return tf.zeros(self._shape, self._dtype)
     return self._acc.empty()
 
   def write(self, handle: Tensor, start, block: Tensor) -> Tensor:
+    if self._grid.use_xla:
+      return self._write_in_layout(handle, start, block)
     return self._acc.write(handle, start // self._grid.size, block)
 
+  def _write_in_layout(self, handle: Tensor, start, block: Tensor) -> Tensor:
+    """Writes the block's rows at steps `start...` of the `[T, ...]`
+    layout buffer. A last chunk shorter than K would run past T, where XLA
+    moves the whole slice back inside: it is written at T - K instead,
+    its rows moved to the end and the rows before them kept."""
+    grid, axis = self._grid, self._grid.time_axis
+    rows = block if grid.time_major else _swap_leading(block)
+    rank = rows.shape.rank
+    size, total = grid.size, grid.total
+    at = tf.minimum(start, total - size)
+    if not (isinstance(size, int) and isinstance(total, int) and
+            total % size == 0):
+      shift = start - at
+      row = tf.reshape(tf.range(size), [-1 if i == axis else 1
+                                        for i in range(rank)])
+      moved = tf.gather(rows, tf.maximum(tf.range(size) - shift, 0),
+                        axis=axis)
+      kept = tf.slice(handle, _origin(at, axis, rank), tf.shape(rows))
+      rows = tf.where(row >= shift, moved, kept)
+    return xla.dynamic_update_slice(handle, rows, _origin(at, axis, rank))
+
   def join(self, handle: Tensor) -> Tensor:
-    blocks = self._acc.stack(handle)
-    rows = tf.reshape(blocks, tf.concat([[-1], tf.shape(blocks)[2:]], 0))
-    rows = rows[:self._grid.total]
-    rows = rows if self._grid.time_major else _swap_leading(rows)
+    if self._grid.use_xla:
+      rows = handle
+    else:
+      blocks = self._acc.stack(handle)
+      rows = tf.reshape(blocks, tf.concat([[-1], tf.shape(blocks)[2:]], 0))
+      rows = rows[:self._grid.total]
+      rows = rows if self._grid.time_major else _swap_leading(rows)
     rows.set_shape(self.static_shape)
     return rows
+
+
+def _origin(at, axis: int, rank: int) -> Tensor:
+  """The start of a slice at row `at` of axis `axis` (0 elsewhere)."""
+  at = tf.cast(at, tf.int32)
+  return tf.stack([at if i == axis else tf.constant(0)
+                   for i in range(rank)])
 
 
 def _swap_leading(x: Tensor) -> Tensor:
