@@ -1,10 +1,7 @@
 """dynamic_rnn, bidirectional_dynamic_rnn and raw_rnn against a float64
 static unroll, TensorFlow's own rnn_test.py cases, and tf.compat.v1.nn."""
 
-import os
-import subprocess
-import sys
-import textwrap
+import functools
 
 import keras
 import numpy as np
@@ -13,6 +10,7 @@ import tensorflow as tf
 
 import tf_recurrent
 from tf_recurrent.compat import dynamic
+from tf_peers import rnn_cell
 from conftest import (GRAPH_MODES, assert_all_close, in_mode, loss_weights,
                       static_unroll, values_and_grads, weighted_sum)
 
@@ -798,87 +796,76 @@ def test_raw_rnn_all_finished_at_start_and_errors():
                 jit_compile=True)()
 
 
-# Against tf.compat.v1.nn with tf_keras's legacy cells (their own process).
+# Against tf.compat.v1.nn with tf_keras's legacy cells (tf.compat.v1.nn.rnn_cell
+# under TF_USE_LEGACY_KERAS=1; imported in-process, tests/compat/tf_peers.py).
 
-LEGACY = textwrap.dedent("""
-    import numpy as np
-    import tensorflow as tf
-    import tf_recurrent
 
-    rnn_cell = tf.compat.v1.nn.rnn_cell
-    rng = np.random.default_rng(0)
-    x = tf.constant(rng.normal(size=[3, 6, 4]), tf.float32)
-    lengths = tf.constant([6, 0, 2])
-
-    def check(make, run_ours, run_theirs):
-      cell = make()
-      results = []
-      # One tape per implementation (test_recurrent covers persistent tapes).
-      for run in (run_theirs, run_ours):
-        with tf.GradientTape() as tape:
-          tape.watch(x)
-          out = run(cell)
-          loss = sum(tf.reduce_sum(tf.sin(v)) for v in tf.nest.flatten(out))
-        variables = [v for c in (cell if isinstance(cell, tuple) else (cell,))
-                     for v in c.trainable_variables]
-        results.append((out, tape.gradient(
-            loss, [x] + variables,
-            unconnected_gradients=tf.UnconnectedGradients.ZERO)))
-      (theirs, theirs_grads), (ours, ours_grads) = results
-      tf.nest.assert_same_structure(ours, theirs)
-      assert variables and all(v.trainable for v in variables)
-      for a, b in zip(tf.nest.flatten(ours), tf.nest.flatten(theirs)):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
-      for a, b in zip(ours_grads, theirs_grads):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
-
-    makes = [lambda: rnn_cell.LSTMCell(5, use_peepholes=True),
-             lambda: rnn_cell.GRUCell(5),
-             lambda: rnn_cell.MultiRNNCell([rnn_cell.LSTMCell(3),
-                                            rnn_cell.BasicRNNCell(4)])]
-    for make, time_major in ((makes[0], False), (makes[2], True)):
-      xs = tf.transpose(x, [1, 0, 2]) if time_major else x
-      kw = dict(sequence_length=lengths, dtype=tf.float32,
-                time_major=time_major)
-      check(make, lambda c: tf_recurrent.dynamic_rnn(c, xs, **kw),
-            lambda c: tf.compat.v1.nn.dynamic_rnn(c, xs, **kw))
-    for make in makes[:1]:
-      check(lambda: (make(), makes[1]()),
-            lambda c: tf_recurrent.bidirectional_dynamic_rnn(
-                c[0], c[1], x, sequence_length=lengths, dtype=tf.float32),
-            lambda c: tf.compat.v1.nn.bidirectional_dynamic_rnn(
-                c[0], c[1], x, sequence_length=lengths, dtype=tf.float32))
-
-    def seed_loop(cell):
-      inputs_ta = tf.TensorArray(tf.float32, size=6).unstack(
-          tf.transpose(x, [1, 0, 2]))
-      def loop_fn(time, cell_output, cell_state, loop_state):
-        state = (cell.zero_state(3, tf.float32) if cell_output is None
-                 else cell_state)
-        finished = time >= lengths
-        next_input = tf.cond(tf.reduce_all(finished),
-                             lambda: tf.zeros([3, 4]),
-                             lambda: inputs_ta.read(tf.minimum(time, 5)))
-        return finished, next_input, state, cell_output, None
-      return loop_fn
-
-    for make in makes[:1]:
-      check(make,
-            lambda c: tf.function(lambda: (lambda r: (r[0].stack(), r[1]))(
-                tf_recurrent.raw_rnn(c, seed_loop(c))))(),
-            lambda c: (lambda r: (r[0].stack(), r[1]))(
-                tf.compat.v1.nn.raw_rnn(c, seed_loop(c))),
-            )
-    print("legacy ok")
-""")
+def _check_against_compat_v1(make, run_ours, run_theirs, x):
+  cell = make()
+  results = []
+  # One tape per implementation (test_recurrent covers persistent tapes).
+  for run in (run_theirs, run_ours):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      out = run(cell)
+      loss = sum(tf.reduce_sum(tf.sin(v)) for v in tf.nest.flatten(out))
+    variables = [v for c in (cell if isinstance(cell, tuple) else (cell,))
+                 for v in c.trainable_variables]
+    results.append((out, tape.gradient(
+        loss, [x] + variables,
+        unconnected_gradients=tf.UnconnectedGradients.ZERO)))
+  (theirs, theirs_grads), (ours, ours_grads) = results
+  tf.nest.assert_same_structure(ours, theirs)
+  assert variables and all(v.trainable for v in variables)
+  for a, b in zip(tf.nest.flatten(ours), tf.nest.flatten(theirs)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+  for a, b in zip(ours_grads, theirs_grads):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
 def test_matches_compat_v1_with_tf_keras_legacy_cells():
-  env = dict(os.environ, TF_USE_LEGACY_KERAS="1")
-  proc = subprocess.run([sys.executable, "-c", LEGACY], capture_output=True,
-                        text=True, timeout=600, env=env, check=False)
-  assert proc.returncode == 0, proc.stderr[-4000:]
-  assert "legacy ok" in proc.stdout
+  rng = np.random.default_rng(0)
+  x = tf.constant(rng.normal(size=[3, 6, 4]), tf.float32)
+  lengths = tf.constant([6, 0, 2])
+  check = functools.partial(_check_against_compat_v1, x=x)
+  assert rnn_cell.LSTMCell.__module__.startswith("tf_keras")
+  makes = [lambda: rnn_cell.LSTMCell(5, use_peepholes=True),
+           lambda: rnn_cell.GRUCell(5),
+           lambda: rnn_cell.MultiRNNCell([rnn_cell.LSTMCell(3),
+                                          rnn_cell.BasicRNNCell(4)])]
+  for make, time_major in ((makes[0], False), (makes[2], True)):
+    xs = tf.transpose(x, [1, 0, 2]) if time_major else x
+    kw = dict(sequence_length=lengths, dtype=tf.float32,
+              time_major=time_major)
+    check(make, lambda c, xs=xs, kw=kw: tf_recurrent.dynamic_rnn(c, xs, **kw),
+          lambda c, xs=xs, kw=kw: tf.compat.v1.nn.dynamic_rnn(c, xs, **kw))
+  for make in makes[:1]:
+    check(lambda: (make(), makes[1]()),
+          lambda c: tf_recurrent.bidirectional_dynamic_rnn(
+              c[0], c[1], x, sequence_length=lengths, dtype=tf.float32),
+          lambda c: tf.compat.v1.nn.bidirectional_dynamic_rnn(
+              c[0], c[1], x, sequence_length=lengths, dtype=tf.float32))
+
+  def seed_loop(cell):
+    inputs_ta = tf.TensorArray(tf.float32, size=6).unstack(
+        tf.transpose(x, [1, 0, 2]))
+    def loop_fn(time, cell_output, cell_state, loop_state):
+      del loop_state
+      state = (cell.zero_state(3, tf.float32) if cell_output is None
+               else cell_state)
+      finished = time >= lengths
+      next_input = tf.cond(tf.reduce_all(finished),
+                           lambda: tf.zeros([3, 4]),
+                           lambda: inputs_ta.read(tf.minimum(time, 5)))
+      return finished, next_input, state, cell_output, None
+    return loop_fn
+
+  for make in makes[:1]:
+    check(make,
+          lambda c: tf.function(lambda: (lambda r: (r[0].stack(), r[1]))(
+              tf_recurrent.raw_rnn(c, seed_loop(c))))(),
+          lambda c: (lambda r: (r[0].stack(), r[1]))(
+              tf.compat.v1.nn.raw_rnn(c, seed_loop(c))))
 
 
 def test_matches_compat_v1_with_keras3_cells_given_their_initial_state():
