@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from conftest import GRAPH_MODES
 from conftest import loop_values_and_grads
+from conftest import pairwise
 from tf_recurrent.chunked import convolutional
 from tf_recurrent.chunked import sequence
 
@@ -132,32 +133,33 @@ GEOMETRIES = {
 }
 
 
-@pytest.mark.parametrize("mode", GRAPH_MODES)
-@pytest.mark.parametrize("recompute", [False, True],
-                         ids=["keep_gates", "recompute"])
-def test_matches_float64_unroll_in_every_mode(mode, recompute):
-  run_both(mode, GEOMETRIES["2d_same"], 5, recompute)
+# Holes across the chunk boundary and an all-masked example.
+MASK = np.array([[1, 1, 0, 0, 1], [0, 0, 0, 0, 0]], bool).T
+
+# Modes x recompute x geometries x (masks and dropout), pairwise: every
+# geometry in every mode, each with both recompute values and with and
+# without masks and dropout; the edges: one frame, eagerly and traced.
+CASES = [(mode, recompute, name, 5, masked)
+         for mode, recompute, name, masked in pairwise(
+             GRAPH_MODES, [False, True], sorted(GEOMETRIES), [False, True])]
+CASES += [(mode, False, "1d_same", 1, False) for mode in ("eager", "function")
+          if (mode, False, "1d_same", 1, False) not in CASES]
 
 
-@pytest.mark.parametrize("name", sorted(GEOMETRIES))
-@pytest.mark.parametrize("mode", ["function", "xla", "tf1"])
-def test_every_geometry_matches_float64_unroll(name, mode):
-  run_both(mode, GEOMETRIES[name], 4)
+def case_id(mode, recompute, name, steps, masked):
+  return "-".join([name, f"{steps}_frame" + "s" * (steps > 1)] +
+                  (["masks_and_dropout"] if masked else []) +
+                  ["recompute" if recompute else "keep_gates", mode])
 
 
-@pytest.mark.parametrize("mode,recompute", [("eager", False),
-                                            ("xla", True), ("tf1", False)])
-def test_masks_and_dropout_match_float64_unroll(mode, recompute):
-  """Holes across the chunk boundary and an all-masked example; Keras's
-  per-gate dropout masks of the inputs and of h."""
-  mask = np.array([[1, 1, 0, 0, 1], [0, 0, 0, 0, 0]], bool).T
-  run_both(mode, GEOMETRIES["2d_strided_valid"], 5, recompute, mask=mask,
-           dropout=True)
-
-
-@pytest.mark.parametrize("mode", ["eager", "function"])
-def test_one_frame(mode):
-  run_both(mode, GEOMETRIES["1d_same"], 1)
+@pytest.mark.parametrize("mode,recompute,name,steps,masked", [
+    pytest.param(*c, id=case_id(*c)) for c in CASES])
+def test_matches_float64_unroll(mode, recompute, name, steps, masked):
+  """T=5 frames (3 + 2) or one; with masks, holes across the chunk boundary
+  and an all-masked example, together with Keras's per-gate dropout masks
+  of the inputs and of h."""
+  run_both(mode, GEOMETRIES[name], steps, recompute,
+           mask=MASK if masked else None, dropout=masked)
 
 
 def test_geometry_output_shape_and_error():

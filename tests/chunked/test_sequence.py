@@ -5,11 +5,13 @@ and a partial last one (T=7: 3 + 3 + 1). Masked runs are checked against
 the unroll with Keras's masked step (the state carried where the mask is
 off), written with plain `tf.where`.
 
-The option matrices (modes x kinds x recompute x lengths and masks x
-dropout/zoneout/layout) run as `pairwise` covers: every pair of values of
-any two options in some case, each mode with every kind (the XLA pairs
+The option matrix (modes x kinds x recompute x lengths and masks x
+layout x dropout x zoneout) is one `pairwise` cover: every pair of values
+of any two options in some case, each mode with every kind (the XLA pairs
 once each: its compile is most of a case's cost), plus the edges named
-below; `--full` / `TFR_FULL=1` runs their whole products.
+below; `--full` / `TFR_FULL=1` runs their whole products. Each case traces
+(and under XLA compiles) its own loops, so one case checking several
+options at once costs what one option alone did.
 """
 
 import hypothesis
@@ -21,6 +23,7 @@ import tensorflow as tf
 from conftest import GRAPH_MODES
 from conftest import assert_all_close
 from conftest import assert_numerical_gradients
+from conftest import full_matrices
 from conftest import pairwise
 from conftest import record_output_gradients
 from conftest import values_and_grads
@@ -255,6 +258,36 @@ def dropout_masks(kind, seed, shared=False, dtype=tf.float64):
   return {"inputs": keep(D), "recurrent": keep(h_width(kind))}
 
 
+# Zoneout (Krueger et al. 2017): a unit keeps its previous value where the
+# step's mask is 1; the kinds with zoneout and their state leaves.
+ZONEOUT_KINDS = {"lstm": ("h", "c"), "projected_lstm": ("h", "c"),
+                 "gru": ("h",), "gru_reset_before": ("h",)}
+
+
+def zoneout_masks(kind, steps, seed=9):
+  """Per step and unit, True (keep the previous value) with probability
+  0.3; bool, as the layers draw them."""
+  rng = np.random.default_rng(seed)
+  widths = {"h": h_width(kind), "c": H}
+  return {leaf: tf.constant(rng.random([steps, B, widths[leaf]]) < 0.3)
+          for leaf in ZONEOUT_KINDS[kind]}
+
+
+def unrolled_with_zoneout(kind, x, state0, w, mask, zoneout, dropout=None):
+  """The unroll, one step at a time: each new state leaf zoned out
+  (`keep * previous + (1 - keep) * new`), then a masked step carried."""
+  state, outputs = list(state0), []
+  for t in range(x.shape[0]):
+    _, new = UNROLLED[kind](x[t:t + 1], state, w, dropout or {})
+    new = [tf.where(zoneout[leaf][t], s, n)
+           for leaf, s, n in zip(ZONEOUT_KINDS[kind], state, new)]
+    if mask is not None:
+      new = [tf.where(mask[t][:, None], n, s) for n, s in zip(new, state)]
+    state = new
+    outputs.append(state[0])
+  return tf.stack(outputs), state
+
+
 def swap(t):
   return tf.transpose(t, [1, 0, 2])
 
@@ -287,23 +320,8 @@ def run_both(mode, kind, recompute, steps, mask_name=None, dropout_seed=None,
                                    mask=m, dropout=d, zoneout=z)))
   want = values_and_grads("eager", build(
       lambda x, s, w, m, d, z: unrolled(kind, x, s, w, m, d) if z is None
-      else unrolled_with_zoneout(kind, x, s, w, m, z)))
+      else unrolled_with_zoneout(kind, x, s, w, m, z, d)))
   return ours, want
-
-
-# (T, mask): unmasked at T = 1, a chunk, several chunks with a partial last
-# one; masked at T = 1, T < chunk, and partial last chunks (5 = 3 + 2,
-# 7 = 3 + 3 + 1).
-STEPS_AND_MASKS = [(1, None), (3, None), (7, None), (1, "all_masked"),
-                   (2, "prefix"), (5, "prefix"), (7, "holes")]
-# Every case for the LSTM and the reset-after GRU; for the cells that share
-# their loops and differ only in their step math, the edges (one step, all
-# masked, a partial last chunk with holes).
-KIND_CASES = [(kind, steps, mask_name) for kind in KINDS
-              for steps, mask_name in STEPS_AND_MASKS
-              if kind in ("lstm", "gru") or
-              (steps, mask_name) in ((1, None), (1, "all_masked"),
-                                     (7, "holes"))]
 
 
 def recompute_id(recompute):
@@ -318,64 +336,71 @@ def params(cases, order, recompute_at=None):
       for i in order)) for case in cases]
 
 
-# Modes x recompute x KIND_CASES: each of KIND_CASES in some mode, each kind
-# and each length and mask in every mode, each with both recompute values.
+# (T, mask): unmasked at T = 1, a chunk, several chunks with a partial last
+# one; masked at T = 1, T < chunk, and partial last chunks (5 = 3 + 2,
+# 7 = 3 + 3 + 1).
+STEPS_AND_MASKS = [(1, None), (3, None), (7, None), (1, "all_masked"),
+                   (2, "prefix"), (5, "prefix"), (7, "prefix"), (7, "holes")]
+# Every case for the LSTM and the reset-after GRU; for the cells that share
+# their loops and differ only in their step math, the edges (one step, all
+# masked, a partial last chunk with holes, and a prefix and a suffix over
+# several chunks).
+OTHER_KINDS_STEPS = ((1, None), (1, "all_masked"), (7, "prefix"), (7, "holes"))
+# Dropout and zoneout run where both examples run over several chunks (a
+# prefix, a suffix from a non-zero state): with "holes" the second example
+# is all masked and its masks would go unchecked.
+BOTH_EXAMPLES_RUN = ((7, None), (5, "prefix"), (7, "prefix"))
+# Dropout: none, one mask per gate (`implementation=1`), one for all gates.
+DROPOUTS = [None, "per_gate", "shared"]
+
+
+def allowed(mode, recompute, kind, steps_and_mask, time_major, dropout,
+            zoneout):
+  del mode, recompute, time_major  # Every value with every other.
+  return ((kind in ("lstm", "gru") or steps_and_mask in OTHER_KINDS_STEPS) and
+          (dropout is None and not zoneout or
+           steps_and_mask in BOTH_EXAMPLES_RUN) and
+          (not zoneout or kind in ZONEOUT_KINDS))
+
+
+# One matrix of modes x recompute x kinds x (T, mask) x layout x dropout x
+# zoneout, pairwise: each kind and each length and mask in every mode, each
+# with both recompute values and both layouts (`time_major=False`, the
+# layers' layout: chunks read and written along axis 1), dropout and zoneout
+# with every other value, and both together. The edge: the batch-major
+# layout's partial last chunk with holes under XLA (rows carried by
+# `_next_row`).
 MATCHES_CASES = [
-    (mode, recompute, kind, steps, mask_name)
-    for mode, recompute, kind, (steps, mask_name) in pairwise(
-        GRAPH_MODES, [False, True], KINDS, STEPS_AND_MASKS,
-        where=lambda mode, recompute, kind, steps_and_mask:
-        (kind, *steps_and_mask) in KIND_CASES)]
+    (mode, recompute, kind, steps, mask_name, time_major, dropout, zoneout)
+    for mode, recompute, kind, (steps, mask_name), time_major, dropout,
+    zoneout in pairwise(
+        GRAPH_MODES, [False, True], KINDS, STEPS_AND_MASKS, [True, False],
+        DROPOUTS, [False, True], where=allowed,
+        edges=[("xla", False, "lstm", (7, "holes"), False, None, False)])]
 
 
-@pytest.mark.parametrize("mode,recompute,kind,steps,mask_name", params(
-    MATCHES_CASES, order=(2, 3, 4, 1, 0), recompute_at=1))
-def test_matches_float64_unroll(mode, kind, recompute, steps, mask_name):
-  ours, want = run_both(mode, kind, recompute, steps, mask_name)
-  for got, expected in zip(tf.nest.flatten(ours), tf.nest.flatten(want)):
-    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
+def matches_id(mode, recompute, kind, steps, mask_name, time_major, dropout,
+               zoneout):
+  return "-".join([kind, str(steps), str(mask_name)] +
+                  ([] if time_major else ["batch_major"]) +
+                  ([f"dropout_{dropout}"] if dropout else []) +
+                  (["zoneout"] if zoneout else []) +
+                  [recompute_id(recompute), mode])
 
 
-# Each of the three cases in every mode, with both recompute values.
-BATCH_MAJOR_CASES = [
-    (mode, recompute, *rest) for mode, recompute, rest in pairwise(
-        GRAPH_MODES, [False, True],
-        [("lstm", 1, None, False), ("lstm", 7, "holes", False),
-         ("gru", 5, "prefix", True)])]
-
-
-@pytest.mark.parametrize("mode,recompute,kind,steps,mask_name,zoneout", params(
-    BATCH_MAJOR_CASES, order=(2, 3, 4, 5, 1, 0), recompute_at=1))
-def test_batch_major_matches_float64_unroll(mode, kind, recompute, steps,
-                                            mask_name, zoneout):
-  """`time_major=False` (the layers' layout, chunks read and written along
-  axis 1) equals the unroll: one step, a partial last chunk with holes, and
-  zoneout over a masked partial chunk."""
-  ours, want = run_both(mode, kind, recompute, steps, mask_name,
-                        zoneout=zoneout, time_major=False)
-  for got, expected in zip(tf.nest.flatten(ours), tf.nest.flatten(want)):
-    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
-
-
-# The LSTM and the GRU: every mode, recompute and shared-mask value paired
-# with every other; the kinds sharing their loops and masks (`_Linear`) get
-# one eager, one XLA (recompute) and one TF1 (shared masks) case each.
-OTHER_KINDS_DROPOUT = (("eager", False, False), ("xla", True, False),
-                       ("tf1", False, True))
-DROPOUT_CASES = pairwise(
-    GRAPH_MODES, KINDS, [False, True], [False, True],
-    where=lambda mode, kind, recompute, shared: kind in ("lstm", "gru") or
-    (mode, recompute, shared) in OTHER_KINDS_DROPOUT)
-
-
-@pytest.mark.parametrize("mode,kind,recompute,shared", DROPOUT_CASES)
-# Both examples run (a prefix, a suffix from a non-zero state): with "holes"
-# the second example is all masked and its masks would go unchecked.
-@pytest.mark.parametrize("steps,mask_name", [(7, "prefix")])
-def test_dropout_matches_unroll(mode, kind, recompute, shared, steps,
-                                mask_name):
-  ours, want = run_both(mode, kind, recompute, steps, mask_name,
-                        dropout_seed=3, shared_dropout=shared)
+@pytest.mark.parametrize(
+    "mode,recompute,kind,steps,mask_name,time_major,dropout,zoneout",
+    [pytest.param(*c, id=matches_id(*c)) for c in MATCHES_CASES])
+def test_matches_float64_unroll(mode, kind, recompute, steps, mask_name,
+                                time_major, dropout, zoneout):
+  """Values and gradients against the unroll; with dropout, Keras's masks
+  (the same every step), with zoneout each step's new state leaves zoned
+  out before a Keras mask carries the state."""
+  ours, want = run_both(
+      mode, kind, recompute, steps, mask_name,
+      dropout_seed=None if dropout is None else 3,
+      shared_dropout=dropout == "shared", zoneout=zoneout,
+      time_major=time_major)
   for got, expected in zip(tf.nest.flatten(ours), tf.nest.flatten(want)):
     np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
 
@@ -475,8 +500,11 @@ def test_numerical_gradients(kind, recompute, mask_name):
   assert_numerical_gradients(loss, [x] + state0 + [w[k] for k in names])
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("mask_name", [None, "holes"])
+# The LSTM and the GRU with and without a mask; the kinds sharing their
+# loops, one of the two each, by turns.
+@pytest.mark.parametrize("kind,mask_name", pairwise(
+    KINDS, [None, "holes"], where=lambda kind, mask_name:
+    kind in ("lstm", "gru") or (mask_name is None) == (KINDS.index(kind) % 2)))
 def test_time_unknown_when_traced(kind, mask_name):
   """T known only at run time: the chunk grid is computed in the graph."""
   x, state0, w = case(kind, 7)
@@ -506,8 +534,11 @@ def test_time_unknown_when_traced(kind, mask_name):
   assert run.experimental_get_tracing_count() == 1
 
 
-@pytest.mark.parametrize("mode", ["function", "xla"])
-@pytest.mark.parametrize("kind", KINDS)
+# The LSTM and the GRU in both modes; the kinds sharing their loops (they
+# differ in their step math only), one mode each, by turns.
+@pytest.mark.parametrize("kind,mode", pairwise(
+    KINDS, ["function", "xla"], where=lambda kind, mode:
+    kind in ("lstm", "gru") or (mode == "xla") == (KINDS.index(kind) % 2)))
 def test_bfloat16_inputs_float32_weights(mode, kind):
   """Mixed precision: bfloat16 math, weight gradients in float32."""
   x, state0, w = case(kind, 7, dtype=tf.float32, seed=2)
@@ -641,7 +672,7 @@ def test_batch_unknown_when_traced(kind, jit_compile):
 
 
 @hypothesis.settings(
-    max_examples=12, deadline=None,
+    max_examples=12 if full_matrices() else 6, deadline=None,
     # short_chunks restores CHUNK once after all examples; each sets its own.
     suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture])
 @hypothesis.given(kind=st.sampled_from(KINDS), steps=st.integers(1, 9),
@@ -695,47 +726,6 @@ def test_unknown_kind_is_named():
   with pytest.raises(ValueError, match="kind must be one of .*'layer_norm_lstm'"
                      ".*got 'lstn'"):
     sequence.run("lstn", x, state0, w)
-
-
-# Zoneout (Krueger et al. 2017): a unit keeps its previous value where the
-# step's mask is 1; the kinds with zoneout and their state leaves.
-ZONEOUT_KINDS = {"lstm": ("h", "c"), "projected_lstm": ("h", "c"),
-                 "gru": ("h",), "gru_reset_before": ("h",)}
-
-
-def zoneout_masks(kind, steps, seed=9):
-  """Per step and unit, True (keep the previous value) with probability
-  0.3; bool, as the layers draw them."""
-  rng = np.random.default_rng(seed)
-  widths = {"h": h_width(kind), "c": H}
-  return {leaf: tf.constant(rng.random([steps, B, widths[leaf]]) < 0.3)
-          for leaf in ZONEOUT_KINDS[kind]}
-
-
-def unrolled_with_zoneout(kind, x, state0, w, mask, zoneout):
-  """The unroll, one step at a time: each new state leaf zoned out
-  (`keep * previous + (1 - keep) * new`), then a masked step carried."""
-  state, outputs = list(state0), []
-  for t in range(x.shape[0]):
-    _, new = UNROLLED[kind](x[t:t + 1], state, w, {})
-    new = [tf.where(zoneout[leaf][t], s, n)
-           for leaf, s, n in zip(ZONEOUT_KINDS[kind], state, new)]
-    if mask is not None:
-      new = [tf.where(mask[t][:, None], n, s) for n, s in zip(new, state)]
-    state = new
-    outputs.append(state[0])
-  return tf.stack(outputs), state
-
-
-# Each kind in every mode, each mode and kind with both recompute values.
-@pytest.mark.parametrize("mode,recompute,kind", params(pairwise(
-    GRAPH_MODES, [False, True], sorted(ZONEOUT_KINDS)), order=(2, 0, 1)))
-# Both examples run (see test_dropout_matches_unroll).
-@pytest.mark.parametrize("mask_name", ["prefix"])
-def test_zoneout_matches_unroll(mode, kind, recompute, mask_name):
-  ours, want = run_both(mode, kind, recompute, 7, mask_name, zoneout=True)
-  for got, expected in zip(tf.nest.flatten(ours), tf.nest.flatten(want)):
-    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
 
 
 def test_zoneout_is_refused_where_not_built():

@@ -120,7 +120,7 @@ def test_gradients_match_finite_differences():
   assert_numerical_gradients(loss, [a, b, h0])
 
 
-@hypothesis.settings(max_examples=30 if full_matrices() else 8,
+@hypothesis.settings(max_examples=30 if full_matrices() else 4,
                      deadline=None)
 @hypothesis.given(steps=st.integers(0, 9), chunk=st.sampled_from([1, 4, 64]),
                   reverse=st.booleans(),
