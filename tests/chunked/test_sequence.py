@@ -500,11 +500,7 @@ def test_numerical_gradients(kind, recompute, mask_name):
   assert_numerical_gradients(loss, [x] + state0 + [w[k] for k in names])
 
 
-# The LSTM and the GRU with and without a mask; the kinds sharing their
-# loops, one of the two each, by turns.
-@pytest.mark.parametrize("kind,mask_name", pairwise(
-    KINDS, [None, "holes"], where=lambda kind, mask_name:
-    kind in ("lstm", "gru") or (mask_name is None) == (KINDS.index(kind) % 2)))
+@pytest.mark.parametrize("kind,mask_name", pairwise(KINDS, [None, "holes"]))
 def test_time_unknown_when_traced(kind, mask_name):
   """T known only at run time: the chunk grid is computed in the graph."""
   x, state0, w = case(kind, 7)
@@ -534,11 +530,7 @@ def test_time_unknown_when_traced(kind, mask_name):
   assert run.experimental_get_tracing_count() == 1
 
 
-# The LSTM and the GRU in both modes; the kinds sharing their loops (they
-# differ in their step math only), one mode each, by turns.
-@pytest.mark.parametrize("kind,mode", pairwise(
-    KINDS, ["function", "xla"], where=lambda kind, mode:
-    kind in ("lstm", "gru") or (mode == "xla") == (KINDS.index(kind) % 2)))
+@pytest.mark.parametrize("kind,mode", pairwise(KINDS, ["function", "xla"]))
 def test_bfloat16_inputs_float32_weights(mode, kind):
   """Mixed precision: bfloat16 math, weight gradients in float32."""
   x, state0, w = case(kind, 7, dtype=tf.float32, seed=2)
