@@ -19,15 +19,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
   os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
   os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
 
-# XLA's CPU backend without LLVM's optimization passes: the tests compile
-# hundreds of small XLA programs, each run a few times, and LLVM's passes
-# were 15-25% of a first call's compile. The HLO passes (fusion, layout,
-# simplification) all run; the numbers are the same (XLA's CPU code uses no
-# fast math, so LLVM reorders no floating-point operation).
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                             " --xla_backend_optimization_level=0").strip()
-
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
