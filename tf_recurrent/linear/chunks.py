@@ -23,6 +23,7 @@ chunk's rows are cast once per chunk, the carried state is float32, and
 the outputs are written back in the inputs' dtype.
 """
 
+import abc
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
@@ -149,29 +150,46 @@ class Grid:
   def blocks(self, like: Tensor, dtype: tf.DType) -> "Blocks":
     """A buffer of one `[K, B, ...]` block per chunk, shaped from a tensor
     `like` in the call's layout."""
-    return Blocks(self, like, dtype)
+    return (_LayoutBlocks if self.use_xla else _TimeMajorBlocks)(
+        self, like, dtype)
 
 
-class Blocks:
+class Blocks(abc.ABC):
   """One `[K, B, ...]` block per chunk, written in place, read back as the
-  `[T, ...]` rows in the call's layout.
+  `[T, ...]` rows in the call's layout (`join`).
 
-  Under XLA the buffer is the result itself, in the call's layout: each
-  block is written where its rows go (a dynamic-update-slice, in place).
-  Time-major blocks joined by a transpose held a batch-major result twice
-  (the blocks and the transpose), and XLA laid the transpose out
-  time-major and copied it once more into the batch-major layout the
-  backward loop read. The TF executor writes in place only along the
-  leading axis (`InplaceUpdate`): time-major blocks there, transposed once
-  at the join.
+  Two buffers, one per executor. Under XLA (`_LayoutBlocks`) the buffer is
+  the result itself, in the call's layout: each block is written where its
+  rows go (a dynamic-update-slice, in place). Time-major blocks joined by a
+  transpose held a batch-major result twice (the blocks and the transpose),
+  and XLA laid the transpose out time-major and copied it once more into
+  the batch-major layout the backward loop read. The TF executor writes in
+  place only along the leading axis (`InplaceUpdate`): time-major blocks
+  there (`_TimeMajorBlocks`), transposed once at the join.
   """
 
-  def __init__(self, grid: Grid, like: Tensor, dtype: tf.DType):
+  def __init__(self, grid: Grid, like: Tensor):
     self._grid = grid
-    self.static_shape = like.shape
-    if grid.use_xla:
-      self._shape, self._dtype = tf.shape(like), dtype
-      return
+    self._static_shape = like.shape
+
+  @abc.abstractmethod
+  def empty(self) -> Tensor:
+    """The buffer before any block is written (a loop variable)."""
+
+  @abc.abstractmethod
+  def write(self, handle: Tensor, start, block: Tensor) -> Tensor:
+    """The buffer `handle` with `block` written at steps `start...`."""
+
+  @abc.abstractmethod
+  def join(self, handle: Tensor) -> Tensor:
+    """The `[T, ...]` rows in the call's layout."""
+
+
+class _TimeMajorBlocks(Blocks):
+  """The TF executor's buffer: time-major blocks, transposed at the join."""
+
+  def __init__(self, grid: Grid, like: Tensor, dtype: tf.DType):
+    super().__init__(grid, like)
     time_major_shape = _swap_shape(like) if not grid.time_major else (
         tf.shape(like))
     static = like.shape if grid.time_major else _swap_static(like.shape)
@@ -180,24 +198,38 @@ class Blocks:
     template.set_shape(tf.TensorShape(
         [grid.size if isinstance(grid.size, int) else None]).concatenate(
             static[1:]))
-    self._acc = accumulators.InPlaceBlocks(
-        template, grid.count, grid.use_xla)
+    self._acc = accumulators.InPlaceBlocks(template, grid.count,
+                                           use_xla=False)
 
   def empty(self) -> Tensor:
-    if self._grid.use_xla:
-      return tf.zeros(self._shape, self._dtype)
     return self._acc.empty()
 
   def write(self, handle: Tensor, start, block: Tensor) -> Tensor:
-    if self._grid.use_xla:
-      return self._write_in_layout(handle, start, block)
     return self._acc.write(handle, start // self._grid.size, block)
 
-  def _write_in_layout(self, handle: Tensor, start, block: Tensor) -> Tensor:
-    """Writes the block's rows at steps `start...` of the `[T, ...]`
-    layout buffer. A last chunk shorter than K would run past T, where XLA
-    moves the whole slice back inside: it is written at T - K instead,
-    its rows moved to the end and the rows before them kept."""
+  def join(self, handle: Tensor) -> Tensor:
+    blocks = self._acc.stack(handle)
+    rows = tf.reshape(blocks, tf.concat([[-1], tf.shape(blocks)[2:]], 0))
+    rows = rows[:self._grid.total]
+    rows = rows if self._grid.time_major else _swap_leading(rows)
+    rows.set_shape(self._static_shape)
+    return rows
+
+
+class _LayoutBlocks(Blocks):
+  """XLA's buffer: the `[T, ...]` result in the call's layout."""
+
+  def __init__(self, grid: Grid, like: Tensor, dtype: tf.DType):
+    super().__init__(grid, like)
+    self._shape, self._dtype = tf.shape(like), dtype
+
+  def empty(self) -> Tensor:
+    return tf.zeros(self._shape, self._dtype)
+
+  def write(self, handle: Tensor, start, block: Tensor) -> Tensor:
+    """A last chunk shorter than K would run past T, where XLA moves the
+    whole slice back inside: it is written at T - K instead, its rows moved
+    to the end and the rows before them kept."""
     grid, axis = self._grid, self._grid.time_axis
     rows = block if grid.time_major else _swap_leading(block)
     rank = rows.shape.rank
@@ -215,15 +247,8 @@ class Blocks:
     return xla.dynamic_update_slice(handle, rows, _origin(at, axis, rank))
 
   def join(self, handle: Tensor) -> Tensor:
-    if self._grid.use_xla:
-      rows = handle
-    else:
-      blocks = self._acc.stack(handle)
-      rows = tf.reshape(blocks, tf.concat([[-1], tf.shape(blocks)[2:]], 0))
-      rows = rows[:self._grid.total]
-      rows = rows if self._grid.time_major else _swap_leading(rows)
-    rows.set_shape(self.static_shape)
-    return rows
+    handle.set_shape(self._static_shape)
+    return handle
 
 
 def _origin(at, axis: int, rank: int) -> Tensor:
