@@ -27,9 +27,9 @@ def compiled_steps(graph_def):
 
 
 def training_graph(cell_fn, xla_steps, jit_compile=False, seq_len=4,
-                   **kwargs):
+                   batch=3, **kwargs):
   """The graph of a tf.function differentiating the op on the Elman case."""
-  theta, state0, inputs = elman_args(seq_len)
+  theta, state0, inputs = elman_args(seq_len, batch=batch)
 
   @tf.function(autograph=False, jit_compile=jit_compile)
   def step():
@@ -452,3 +452,63 @@ def test_lingvo_recurrent_gets_the_clusters(mode):
   assert_all_close(values_and_grads(mode, build),
                    values_and_grads("eager", unroll), tol=1e-10)
   assert len(compiled_steps(graphs[0].as_graph_def())) == 2
+
+
+def scaled_cell(scale):
+  """`normalized_cell` with its new state scaled by `scale`, a variable the
+  step closes over (captured, not an argument)."""
+  def cell(theta, state, x):
+    new, extras = normalized_cell(theta, state, x)
+    return {"h": new["h"] * scale}, extras
+  return cell
+
+
+def cluster_names(graph_def):
+  return sorted(f.signature.name for f in graph_def.library.function
+                if f.attr["_XlaMustCompile"].b)
+
+
+def test_equal_steps_share_one_cluster_each_with_its_own_captures():
+  # Two layers of a stack, or fit and then predict: equal steps, other
+  # variables. One function per structure (XLA compiles it once); a step
+  # of another shape gets its own.
+  scales = [tf.Variable(0.8, dtype=tf.float64), tf.Variable(1.3,
+                                                          dtype=tf.float64)]
+  names = [cluster_names(training_graph(scaled_cell(s), "auto"))
+           for s in scales]
+  assert names[0] and names[0] == names[1], names
+  # Another length: the same steps. Another batch size: other steps.
+  longer = cluster_names(training_graph(scaled_cell(scales[0]), "auto",
+                                        seq_len=6))
+  wider = cluster_names(training_graph(scaled_cell(scales[0]), "auto",
+                                       batch=4))
+  assert longer == names[0] and not set(wider) & set(names[0]), (
+      longer, wider, names[0])
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "tf1"])
+def test_shared_clusters_read_each_traces_own_variables(mode):
+  # Each trace's variable, not the first trace's: values and gradients
+  # (the variable's too, which the op learns from the cluster's call) as
+  # the plain steps compute them, for two variables of other values.
+  results = {}
+  for xla_steps in ("auto", False):
+    for value in (0.8, 1.3):
+      # A TF1 graph makes its own variables; a tf.function's are made once.
+      outer = None if mode == "tf1" else tf.Variable(value, dtype=tf.float64)
+
+      def build(watch, value=value, xla_steps=xla_steps, outer=outer):
+        scale = outer if outer is not None else tf.Variable(
+            value, dtype=tf.float64)
+        theta, state0, inputs = elman_args(5)
+        watch(theta)
+        acc, final = tf_recurrent.recurrent(theta, state0, inputs,
+                                            scaled_cell(scale),
+                                            xla_steps=xla_steps)
+        return ((acc, final), loss_of((acc, final)),
+                tf.nest.flatten(theta) + [scale])
+
+      results[xla_steps, value] = values_and_grads(mode, build)
+  for value in (0.8, 1.3):
+    assert_all_close(results["auto", value], results[False, value], 1e-9)
+  assert not np.allclose(results["auto", 0.8][0][0], results["auto", 1.3][0][0])
