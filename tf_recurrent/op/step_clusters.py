@@ -44,6 +44,7 @@ every static shape) share one function, named by that structure, called
 with each trace's own captured tensors and variables.
 """
 
+import atexit
 import collections
 import functools
 import hashlib
@@ -98,6 +99,9 @@ _reported = set()
 _SHARED_CLUSTERS_KEPT = 256
 _shared_clusters: "collections.OrderedDict[str, Any]" = (
     collections.OrderedDict())
+# Released while TensorFlow's modules still stand: TensorFlow 2.16's
+# AtomicFunction cannot release itself once they are torn down at exit.
+atexit.register(_shared_clusters.clear)
 
 
 def check_setting(xla_steps: Any) -> XlaSteps:
