@@ -48,6 +48,7 @@ import atexit
 import collections
 import functools
 import hashlib
+import threading
 from typing import Any, Callable, List, Optional, Union
 
 from absl import logging
@@ -99,6 +100,7 @@ _reported = set()
 _SHARED_CLUSTERS_KEPT = 256
 _shared_clusters: "collections.OrderedDict[str, Any]" = (
     collections.OrderedDict())
+_shared_clusters_lock = threading.Lock()  # Traces may run in threads.
 # Released while TensorFlow's modules still stand: TensorFlow 2.16's
 # AtomicFunction cannot release itself once they are torn down at exit.
 atexit.register(_shared_clusters.clear)
@@ -168,24 +170,25 @@ def _shared_cluster(concrete, graph_def, kind: str) -> Optional[Any]:
   if graph_def.library.function or inference.call_options.control_captures:
     return None
   digest = _structure_digest(graph_def, concrete)
-  shared = _shared_clusters.get(digest)
-  if shared is None:
-    definition = function_pb2.FunctionDef()
-    definition.CopyFrom(inference.cached_definition)
-    definition.signature.name = f"{kind}_{digest[:32]}"
-    runtime = context.context()
-    if not runtime.has_function(definition.signature.name):
-      runtime.add_function_def(definition)
-    shared = atomic_function.AtomicFunction(
-        definition.signature.name, runtime, inference.function_type,
-        call_options=atomic_function.CallOptions(
-            collective_manager_ids_used=list(
-                inference.call_options.collective_manager_ids_used),
-            is_stateful=inference.call_options.is_stateful))
-    _shared_clusters[digest] = shared
-    while len(_shared_clusters) > _SHARED_CLUSTERS_KEPT:
-      _shared_clusters.popitem(last=False)
-  _shared_clusters.move_to_end(digest)
+  with _shared_clusters_lock:
+    shared = _shared_clusters.get(digest)
+    if shared is None:
+      definition = function_pb2.FunctionDef()
+      definition.CopyFrom(inference.cached_definition)
+      definition.signature.name = f"{kind}_{digest[:32]}"
+      runtime = context.context()
+      if not runtime.has_function(definition.signature.name):
+        runtime.add_function_def(definition)
+      shared = atomic_function.AtomicFunction(
+          definition.signature.name, runtime, inference.function_type,
+          call_options=atomic_function.CallOptions(
+              collective_manager_ids_used=list(
+                  inference.call_options.collective_manager_ids_used),
+              is_stateful=inference.call_options.is_stateful))
+      _shared_clusters[digest] = shared
+      while len(_shared_clusters) > _SHARED_CLUSTERS_KEPT:
+        _shared_clusters.popitem(last=False)
+    _shared_clusters.move_to_end(digest)
   return shared
 
 
