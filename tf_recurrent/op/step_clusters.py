@@ -196,7 +196,8 @@ def _structure_digest(graph_def, concrete) -> str:
   """A digest of what the traced step computes, blind to node names (a
   trace's name scopes and uniquified layer names): the graph with nodes
   renamed by position (static shapes included), its inputs and outputs, and
-  the function's argument and result structure."""
+  the function's argument and result structure. Renames `graph_def`'s nodes
+  in place (the caller's checks have read it by then)."""
   canonical = {node.name: f"n{i}" for i, node in enumerate(graph_def.node)}
 
   def rename(reference: str) -> str:
