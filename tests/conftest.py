@@ -100,7 +100,7 @@ def full_matrices():
   return _enabled("TFR_FULL")
 
 
-def pairwise(*axes, edges=(), where=None):
+def pairwise(*axes, edges=(), where=None, full=None):
   """The cases of an option matrix: `axes` are lists of values, one per
   parameter; returns a list of tuples, one value per axis.
 
@@ -108,19 +108,21 @@ def pairwise(*axes, edges=(), where=None):
   all-pairs cover, built greedily and deterministically: each case picked is
   the allowed one, in product order, covering the most pairs not yet
   covered), and then each of `edges` (whole tuples: the cases our issues
-  named) that the cover lacks. With `full_matrices()` it is the whole
-  product. `where(*case)` says which cases are allowed; a pair that no
-  allowed case has is not asked for.
+  named) that the cover lacks. With `full` (by default `full_matrices()`)
+  it is the whole product. `where(*case)` says which cases are allowed; a
+  pair that no allowed case has is not asked for.
 
-  >>> pairwise(["eager", "xla"], [1, 7], [False, True])
+  >>> pairwise(["eager", "xla"], [1, 7], [False, True], full=False)
   [('eager', 1, False), ('eager', 7, True), ('xla', 1, True), ('xla', 7, False)]
+  >>> len(pairwise(["eager", "xla"], [1, 7], [False, True], full=True))
+  8
   """
   allowed = [case for case in itertools.product(*axes)
              if where is None or where(*case)]
   for edge in edges:
     if where is not None and not where(*edge):
       raise ValueError(f"edge case {edge!r} is not allowed by `where`")
-  if full_matrices():
+  if full_matrices() if full is None else full:
     return allowed + [e for e in edges if tuple(e) not in allowed]
 
   def pairs_of(case):

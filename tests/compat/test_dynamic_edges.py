@@ -148,15 +148,20 @@ def both(mode, kind, fn, steps, lengths):
 
 
 def where(kind, mode, fn, steps, lengths):
-  del lengths
   # TensorFlow's raw_rnn with no steps learns no input shape, and its
   # bidirectional_dynamic_rnn builds a cell with two sets of inputs.
   # raw_rnn (the dearest: it runs its loop twice) only in TF1 graphs, with
   # two cells: in a tf.function it is test_dynamic.py's, eagerly below's.
+  # Eagerly at no steps with lengths given, TensorFlow's
+  # bidirectional_dynamic_rnn raises ("seq_dim must be < input rank": its
+  # outputs stack to a [0] tensor): test_bidirectional_at_no_steps_eagerly
+  # checks ours there.
   return not (fn == "raw" and steps == 0) and not (
       fn == "bidirectional" and kind == "legacy_residual") and not (
           fn == "raw" and (mode != "tf1" or kind not in (
-              "legacy_multi", "keras_lstm_relu")))
+              "legacy_multi", "keras_lstm_relu"))) and not (
+                  fn == "bidirectional" and mode == "eager" and
+                  steps == 0 and lengths is not None)
 
 
 @pytest.mark.parametrize("kind,mode,fn,steps,lengths", pairwise(
@@ -177,6 +182,38 @@ def test_short_sequences_match_compat_v1(kind, mode, fn, steps, lengths):
                        for a, b in zip(ours, theirs)])
   assert_all_close(ours, theirs, 1e-5)
   assert_all_close(our_grads, their_grads, 1e-4)
+
+
+@pytest.mark.parametrize("kind", ["legacy_multi", "keras_lstm_relu"])
+def test_bidirectional_at_no_steps_eagerly(kind):
+  """No steps, lengths given, eagerly (where tf.compat.v1.nn's raises): no
+  outputs, each direction's final state its initial state, and the
+  gradients of a loss of them: the states' own weights, nothing else."""
+  cell = make_cell(kind)
+  x = tf.zeros([B, 0, D])
+  state0 = initial_state(cell, listed=True)
+  with tf.GradientTape() as tape:
+    tape.watch([x, state0])
+    (out_fw, out_bw), (final_fw, final_bw) = (
+        tf_recurrent.bidirectional_dynamic_rnn(
+            cell, cell, x, sequence_length=tf.constant([0] * B),
+            initial_state_fw=state0, initial_state_bw=state0))
+    weights = [tf.constant(np.random.default_rng(i).normal(size=v.shape),
+                           tf.float32)
+               for i, v in enumerate(tf.nest.flatten(state0))]
+    loss = sum(tf.reduce_sum(w * (f + 2.0 * b)) for w, f, b in zip(
+        weights, tf.nest.flatten(final_fw), tf.nest.flatten(final_bw)))
+  assert out_fw.shape[:2] == out_bw.shape[:2] == (B, 0)
+  assert_all_close(tf.nest.flatten(final_fw), tf.nest.flatten(state0), 0.0)
+  assert_all_close(tf.nest.flatten(final_bw), tf.nest.flatten(state0), 0.0)
+  grads = tape.gradient(loss, [x, state0] + variables_of(cell),
+                        unconnected_gradients=ZERO)
+  assert grads[0].shape == (B, 0, D)
+  assert_all_close(tf.nest.flatten(grads[1]), [3.0 * w for w in weights],
+                   1e-6)
+  assert_all_close(dense(grads[2:]), [tf.zeros_like(v)
+                                      for v in variables_of(cell)], 0.0)
+
 
 # Closures an eager step reads at the step's index.
 
