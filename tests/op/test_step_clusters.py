@@ -1,7 +1,10 @@
 """Tests of tf_recurrent.step_clusters: the generic loops' steps as XLA
 clusters outside XLA, computing what the plain steps compute."""
 
+import collections
 import logging
+import threading
+import time
 
 import keras
 import numpy as np
@@ -512,3 +515,37 @@ def test_shared_clusters_read_each_traces_own_variables(mode):
   for value in (0.8, 1.3):
     assert_all_close(results["auto", value], results[False, value], 1e-9)
   assert not np.allclose(results["auto", 0.8][0][0], results["auto", 1.3][0][0])
+
+
+def test_traces_in_threads_keep_the_shared_clusters_whole(monkeypatch):
+  # Traces may run in threads (a tf.data map, a server's handlers). With one
+  # cluster kept, each new structure evicts the one before. An insertion that
+  # lingers (this dict's: it sleeps after storing) gives the other thread the
+  # time to insert its own and evict it; unlocked, the first thread then
+  # moved a key that was gone to the end: a KeyError out of the trace.
+  class LingeringDict(collections.OrderedDict):
+
+    def __setitem__(self, key, value):
+      super().__setitem__(key, value)
+      time.sleep(0.2)
+
+  monkeypatch.setattr(step_clusters, "_SHARED_CLUSTERS_KEPT", 1)
+  monkeypatch.setattr(step_clusters, "_shared_clusters", LingeringDict())
+  names, errors = {}, []
+
+  def trace(batch):
+    try:
+      names[batch] = cluster_names(training_graph(normalized_cell, "auto",
+                                                  batch=batch))
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(e)
+
+  threads = [threading.Thread(target=trace, args=(batch,)) for batch in (3, 4)]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  assert not errors, errors
+  # Each trace got its own steps compiled (other batch sizes: other steps).
+  assert names[3] and names[4] and not set(names[3]) & set(names[4]), names
+  assert len(step_clusters._shared_clusters) == 1  # pylint: disable=protected-access
