@@ -156,12 +156,13 @@ def where(kind, mode, fn, steps, lengths):
   # bidirectional_dynamic_rnn raises ("seq_dim must be < input rank": its
   # outputs stack to a [0] tensor): test_bidirectional_at_no_steps_eagerly
   # checks ours there.
-  return not (fn == "raw" and steps == 0) and not (
-      fn == "bidirectional" and kind == "legacy_residual") and not (
-          fn == "raw" and (mode != "tf1" or kind not in (
-              "legacy_multi", "keras_lstm_relu"))) and not (
-                  fn == "bidirectional" and mode == "eager" and
-                  steps == 0 and lengths is not None)
+  return not any((
+      fn == "raw" and steps == 0,
+      fn == "bidirectional" and kind == "legacy_residual",
+      fn == "raw" and (mode != "tf1" or
+                       kind not in ("legacy_multi", "keras_lstm_relu")),
+      fn == "bidirectional" and mode == "eager" and steps == 0 and
+      lengths is not None))
 
 
 @pytest.mark.parametrize("kind,mode,fn,steps,lengths", pairwise(
